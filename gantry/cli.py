@@ -1,0 +1,81 @@
+"""Command line: `gantry run | status | version`.
+
+Each command imports only what it needs: `status` is the container healthcheck and runs
+every few seconds, so it must not pay for aiogram, mcp or httpx.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gantry",
+        description="One persona, one model, MCP tools, one SQLite file.",
+        epilog="Configuration is environment variables; see docs/configuration.md.",
+    )
+    sub = p.add_subparsers(dest="command", metavar="{run,status,version}")
+    run = sub.add_parser("run", help="run the agent daemon (the default command)")
+    run.add_argument(
+        "--env-file",
+        metavar="PATH",
+        help="read KEY=VALUE lines from PATH; variables already in the environment win",
+    )
+    st = sub.add_parser(
+        "status",
+        help="healthcheck: exit 0 if the daemon's heartbeat is fresh",
+        description="Read the heartbeat row (read-only) from $DATA_DIR/gantry.db. "
+        "Exit 0 if it is fresher than --max-age seconds, else 1.",
+    )
+    st.add_argument("--max-age", type=float, default=None, metavar="SECONDS",
+                    help="maximum heartbeat age in seconds (default 60)")
+    st.add_argument("--data-dir", default=None, metavar="DIR",
+                    help="override DATA_DIR (default: $DATA_DIR or /data)")
+    ver = sub.add_parser("version", help="print build information")
+    ver.add_argument("--json", action="store_true", help="print the same as one JSON object")
+    return p
+
+
+def _status(args: argparse.Namespace) -> int:
+    from gantry.heartbeat import DEFAULT_MAX_AGE, check
+
+    data_dir = args.data_dir or os.environ.get("DATA_DIR", "").strip() or "/data"
+    max_age = DEFAULT_MAX_AGE if args.max_age is None else args.max_age
+    if max_age <= 0:
+        print("gantry status: --max-age must be positive", file=sys.stderr)
+        return EXIT_USAGE
+    ok, line = check(os.path.join(data_dir, "gantry.db"), max_age)
+    print(line)
+    return EXIT_OK if ok else EXIT_FAIL
+
+
+def _version(args: argparse.Namespace) -> int:
+    from gantry.buildinfo import info
+
+    data = info()
+    if args.json:
+        import json
+
+        print(json.dumps(data))
+    else:
+        print(f"gantry {data['version']}")
+        for key in ("commit", "build_date", "python", "sqlite", "apsw", "platform", "frozen"):
+            print(f"  {key:<11} {data[key]}")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    command = args.command or "run"
+    if command == "status":
+        return _status(args)
+    if command == "version":
+        return _version(args)
+    from gantry.runtime import main as run_main
+
+    return run_main(getattr(args, "env_file", None))

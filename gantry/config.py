@@ -1,0 +1,263 @@
+"""The configuration contract (spec §5.1): every setting is an environment variable.
+
+Parsing collects *every* problem before failing, so one boot attempt tells the operator
+everything that is wrong. Values of secrets are never echoed back.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+SECRETS = ("LLM_API_KEY", "TELEGRAM_BOT_TOKEN")
+CHANNELS = ("telegram", "stdio")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+_MCP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+_BOT_TOKEN = re.compile(r"[0-9]+:[A-Za-z0-9_-]+")
+
+
+class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
+    """Every runtime setting. Field `x` is read from the environment variable `X`."""
+
+    llm_base_url: str
+    llm_api_key: str
+    llm_model: str
+    telegram_bot_token: str = ""
+    telegram_allowed_users: tuple[int, ...] = ()
+    channel: str = "telegram"
+    persona_dir: str = "/persona"
+    data_dir: str = "/data"
+    mcp_manifest: str = "/etc/gantry/mcp.toml"
+    history_max_messages: int = 200
+    history_max_tokens: int = 128000
+    tool_result_max_chars: int = 16000
+    tool_max_iterations: int = 20
+    memory_enabled: bool = True
+    memory_backend: str = "builtin"
+    memory_consolidate_minutes: int = 30
+    cron_enabled: bool = True
+    cron_tz: str = "UTC"
+    cron_max_jobs: int = 50
+    cron_tick_seconds: int = 15
+    stream_replies: bool = False
+    log_level: str = "info"
+
+    @property
+    def db_path(self) -> Path:
+        return Path(self.data_dir) / "gantry.db"
+
+    @property
+    def memory_mcp_server(self) -> str | None:
+        """The manifest server named by MEMORY_BACKEND=mcp:<name>, or None for builtin."""
+        return self.memory_backend[4:] if self.memory_backend.startswith("mcp:") else None
+
+
+# Inclusive bounds for integer settings: wide enough for any sane deployment,
+# narrow enough to catch typos such as an extra zero or a negative number.
+INT_BOUNDS: dict[str, tuple[int, int]] = {
+    "history_max_messages": (2, 100_000),
+    "history_max_tokens": (1_000, 10_000_000),
+    "tool_result_max_chars": (100, 10_000_000),
+    "tool_max_iterations": (1, 1_000),
+    "memory_consolidate_minutes": (0, 10_080),
+    "cron_max_jobs": (1, 10_000),
+    "cron_tick_seconds": (1, 3_600),
+}
+
+REQUIRED = ("llm_base_url", "llm_api_key", "llm_model")
+REQUIRED_FOR_TELEGRAM = ("telegram_bot_token", "telegram_allowed_users")
+
+
+class ConfigError(Exception):
+    """Raised with every problem found; `str()` is the operator-facing message."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        lines = [f"gantry: configuration has {len(problems)} problem(s):"]
+        lines += [f"  - {p}" for p in problems]
+        lines.append("See docs/configuration.md for every variable and its default.")
+        super().__init__("\n".join(lines))
+
+
+def env_name(field: str) -> str:
+    return field.upper()
+
+
+def defaults() -> dict[str, Any]:
+    """Field name → default, for docs and tests (required fields are absent)."""
+    out: dict[str, Any] = {}
+    for f in msgspec.structs.fields(Config):
+        if f.required:
+            continue
+        out[f.name] = f.default
+    return out
+
+
+def _show(name: str, raw: str) -> str:
+    """A value fit for an error message: secrets are never echoed."""
+    return "(value hidden)" if name in SECRETS else repr(raw[:80])
+
+
+def _parse_int(name: str, raw: str, problems: list[str]) -> int | None:
+    try:
+        value = int(raw.strip(), 10)
+    except ValueError:
+        problems.append(f"{name} must be a whole number, got {_show(name, raw)}")
+        return None
+    lo, hi = INT_BOUNDS[name.lower()]
+    if not lo <= value <= hi:
+        problems.append(f"{name} must be between {lo} and {hi}, got {value}")
+        return None
+    return value
+
+
+def _parse_bool(name: str, raw: str, problems: list[str]) -> bool | None:
+    v = raw.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    problems.append(f"{name} must be true or false, got {_show(name, raw)}")
+    return None
+
+
+def _parse_users(name: str, raw: str, problems: list[str]) -> tuple[int, ...] | None:
+    items = [p.strip() for p in raw.split(",") if p.strip()]
+    if not items:
+        problems.append(f"{name} must list at least one numeric Telegram user id")
+        return None
+    bad = [p for p in items if not p.isdecimal() or int(p) <= 0]
+    if bad:
+        problems.append(
+            f"{name} must be comma-separated numeric user ids, not {', '.join(map(repr, bad[:5]))}"
+        )
+        return None
+    return tuple(dict.fromkeys(int(p) for p in items))
+
+
+def _check_tz(raw: str, problems: list[str]) -> None:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(raw)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        problems.append(
+            f"CRON_TZ {raw!r} is not a known IANA time zone (e.g. UTC, America/Los_Angeles)"
+        )
+
+
+def load(environ: Mapping[str, str] | None = None) -> Config:
+    """Build a Config from `environ` (default: os.environ) or raise ConfigError.
+
+    An empty variable counts as unset, so compose's `X=` falls back to the default.
+    """
+    env = os.environ if environ is None else environ
+    problems: list[str] = []
+    values: dict[str, Any] = {}
+    for f in msgspec.structs.fields(Config):
+        name = env_name(f.name)
+        raw = env.get(name, "")
+        if raw.strip() == "":
+            continue
+        if f.name == "telegram_allowed_users":
+            parsed: Any = _parse_users(name, raw, problems)
+        elif f.name in INT_BOUNDS:
+            parsed = _parse_int(name, raw, problems)
+        elif isinstance(f.default, bool):
+            parsed = _parse_bool(name, raw, problems)
+        else:
+            parsed = raw.strip()
+        if parsed is not None:
+            values[f.name] = parsed
+
+    for field in REQUIRED:
+        if field not in values and env_name(field) not in _reported(problems):
+            problems.append(f"{env_name(field)} is required but not set")
+
+    url = values.get("llm_base_url")
+    if url is not None and not re.match(r"https?://[^/\s]+", url):
+        problems.append(f"LLM_BASE_URL must start with http:// or https://, got {url[:80]!r}")
+
+    channel = values.get("channel", "telegram")
+    if channel not in CHANNELS:
+        problems.append(f"CHANNEL must be one of {', '.join(CHANNELS)}, got {channel[:40]!r}")
+    if channel == "telegram":
+        for field in REQUIRED_FOR_TELEGRAM:
+            name = env_name(field)
+            if field not in values and name not in _reported(problems):
+                problems.append(f"{name} is required when CHANNEL=telegram")
+        token = values.get("telegram_bot_token")
+        if token is not None and not _BOT_TOKEN.fullmatch(token):
+            problems.append("TELEGRAM_BOT_TOKEN does not look like a bot token (<digits>:<key>)")
+
+    level = values.get("log_level", "info").lower()
+    if level not in LOG_LEVELS:
+        problems.append(f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {level[:40]!r}")
+    else:
+        values["log_level"] = level
+
+    backend = values.get("memory_backend", "builtin")
+    if backend != "builtin" and not (
+        backend.startswith("mcp:") and _MCP_NAME.fullmatch(backend[4:])
+    ):
+        problems.append(
+            f"MEMORY_BACKEND must be 'builtin' or 'mcp:<server-name>', got {backend[:60]!r}"
+        )
+
+    if "cron_tz" in values:
+        _check_tz(values["cron_tz"], problems)
+
+    if problems:
+        raise ConfigError(problems)
+    return Config(**values)
+
+
+def _reported(problems: list[str]) -> set[str]:
+    """Names already complained about, so a bad value is not also called 'missing'."""
+    return {p.split(" ", 1)[0] for p in problems}
+
+
+def read_env_file(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Parse a dotenv-style file (KEY=VALUE, `#` comments, optional quotes, `export `).
+
+    Raises ConfigError naming the file and line on malformed input.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"--env-file {str(p)!r} cannot be read: {exc}"]) from None
+    out: dict[str, str] = {}
+    problems: list[str] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        if s.startswith("export "):
+            s = s[7:].lstrip()
+        key, sep, value = s.partition("=")
+        key = key.strip()
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            problems.append(f"{p}:{lineno}: expected KEY=VALUE")
+            continue
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out[key] = value
+    if problems:
+        raise ConfigError(problems)
+    return out
+
+
+def merged_environ(env_file: str | None) -> dict[str, str]:
+    """The process environment over an optional env file: real env vars win."""
+    base = read_env_file(env_file) if env_file else {}
+    base.update(os.environ)
+    return base

@@ -1,0 +1,97 @@
+"""SQLite access through apsw: one file, WAL, embedded migrations tracked by user_version."""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+import apsw
+
+BUSY_TIMEOUT_MS = 5000
+
+
+class DatabaseError(Exception):
+    """A database problem the operator must fix; `str()` says what and how."""
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """(version, name, sql) for every embedded migration, in order."""
+    found: list[tuple[int, str, str]] = []
+    for entry in resources.files("gantry.migrations").iterdir():
+        name = entry.name
+        if not name.endswith(".sql"):
+            continue
+        found.append((int(name.split("_", 1)[0]), name, entry.read_text(encoding="utf-8")))
+    found.sort()
+    for i, (version, name, _) in enumerate(found, 1):
+        if version != i:
+            raise RuntimeError(f"migration {name} is out of sequence (expected {i:04d}_*.sql)")
+    return found
+
+
+def schema_version() -> int:
+    return len(migrations())
+
+
+def ensure_data_dir(data_dir: str | os.PathLike[str]) -> Path:
+    """Create DATA_DIR if missing and prove it is writable, or raise DatabaseError."""
+    d = Path(data_dir)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DatabaseError(f"DATA_DIR {str(d)!r} cannot be created: {exc.strerror}") from None
+    if not d.is_dir():
+        raise DatabaseError(f"DATA_DIR {str(d)!r} is not a directory")
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise DatabaseError(
+            f"DATA_DIR {str(d)!r} is not writable by uid {os.getuid()}; "
+            "mount it read-write and chown it to the user gantry runs as"
+        )
+    return d
+
+
+def connect(path: str | os.PathLike[str]) -> apsw.Connection:
+    """Open (creating 0600 if needed) the read-write database and migrate it."""
+    p = Path(path)
+    if not p.exists():
+        try:
+            fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o600)
+            os.close(fd)
+        except OSError as exc:
+            raise DatabaseError(f"cannot create database {str(p)!r}: {exc.strerror}") from None
+    try:
+        conn = apsw.Connection(str(p))
+        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        migrate(conn)
+    except apsw.Error as exc:
+        raise DatabaseError(f"cannot open database {str(p)!r}: {exc}") from None
+    return conn
+
+
+def connect_readonly(path: str | os.PathLike[str]) -> apsw.Connection:
+    """Open an existing database without ever writing to it (for `gantry status`)."""
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    conn.set_busy_timeout(2000)
+    return conn
+
+
+def migrate(conn: apsw.Connection) -> int:
+    """Apply pending migrations in one transaction; return the resulting version."""
+    known = migrations()
+    current = int(conn.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
+    if current > len(known):
+        raise DatabaseError(
+            f"database schema version {current} is newer than this gantry understands "
+            f"({len(known)}); run a newer gantry or restore a backup of the database"
+        )
+    if current == len(known):
+        return current
+    with conn:
+        for version, _name, sql in known[current:]:
+            conn.execute(sql)
+            conn.execute(f"PRAGMA user_version = {version}")
+    return len(known)

@@ -1,0 +1,50 @@
+"""The heartbeat row: `run` writes it every 15 s, `status` judges its age read-only."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+INTERVAL = 15.0
+DEFAULT_MAX_AGE = 60.0
+
+
+def touch(conn: object, version: str, now: float | None = None) -> None:
+    """Upsert the singleton row with the current time, version and pid."""
+    conn.execute(  # type: ignore[attr-defined]
+        "INSERT INTO heartbeat (id, ts, version, pid) VALUES (1, ?, ?, ?) "
+        "ON CONFLICT (id) DO UPDATE SET ts = excluded.ts, version = excluded.version, "
+        "pid = excluded.pid",
+        (time.time() if now is None else now, version, os.getpid()),
+    )
+
+
+def check(db_path: str | os.PathLike[str], max_age: float = DEFAULT_MAX_AGE) -> tuple[bool, str]:
+    """(healthy, one-line reason). Opens the database read-only and never writes."""
+    p = Path(db_path)
+    if not p.is_file():
+        return False, f"unhealthy: no database at {p} (is `gantry run` running with this DATA_DIR?)"
+    import apsw
+
+    from gantry.db import connect_readonly
+
+    try:
+        conn = connect_readonly(p)
+        try:
+            row = conn.execute("SELECT ts, version, pid FROM heartbeat WHERE id = 1").fetchone()
+        finally:
+            conn.close()
+    except apsw.SQLError as exc:
+        if "no such table" in str(exc):
+            return False, f"unhealthy: no heartbeat table in {p} (database not initialised yet)"
+        return False, f"unhealthy: cannot read {p}: {exc}"
+    except apsw.Error as exc:
+        return False, f"unhealthy: cannot read {p}: {exc}"
+    if row is None:
+        return False, "unhealthy: no heartbeat row yet (gantry run has not finished booting)"
+    ts, version, pid = row
+    age = time.time() - float(ts)  # type: ignore[arg-type]
+    if age > max_age:
+        return False, f"unhealthy: heartbeat stale by {age - max_age:.0f} s (age {age:.0f} s, pid {pid})"
+    return True, f"healthy: heartbeat {max(age, 0.0):.1f} s old, version {version}, pid {pid}"

@@ -1,0 +1,124 @@
+"""JSON-lines logging to stderr, with secrets redacted from every record.
+
+stdout belongs to the stdio REPL, so logs never go there. Redaction runs in the one
+handler on the root logger, so records from httpx, aiogram and mcp pass through it too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+from collections.abc import Iterable
+from typing import Any, TextIO
+
+# Telegram puts the bot token in every API URL: https://api.telegram.org/bot<id>:<key>/...
+_BOT_URL_TOKEN = re.compile(r"bot[0-9]{3,}:[A-Za-z0-9_-]{10,}")
+_BARE_TOKEN = re.compile(r"\b[0-9]{5,}:[A-Za-z0-9_-]{30,}\b")
+REDACTED = "[REDACTED]"
+
+# Attributes every LogRecord has; anything else was passed via `extra=` and is a field.
+_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+
+
+class Redactor:
+    """Replaces known secret values and token-shaped strings in text."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self.secrets: list[str] = []
+        self.add(*secrets)
+
+    def add(self, *secrets: str) -> None:
+        for s in secrets:
+            # Very short values would redact ordinary words; real keys are long.
+            if s and len(s) >= 6 and s not in self.secrets:
+                self.secrets.append(s)
+        self.secrets.sort(key=len, reverse=True)
+
+    def text(self, s: str) -> str:
+        for secret in self.secrets:
+            if secret in s:
+                s = s.replace(secret, REDACTED)
+        s = _BOT_URL_TOKEN.sub("bot" + REDACTED, s)
+        return _BARE_TOKEN.sub(REDACTED, s)
+
+    def value(self, v: Any) -> Any:
+        if isinstance(v, str):
+            return self.text(v)
+        if isinstance(v, dict):
+            return {self.text(str(k)): self.value(x) for k, x in v.items()}
+        if isinstance(v, list | tuple | set):
+            return [self.value(x) for x in v]
+        if v is None or isinstance(v, bool | int | float):
+            return v
+        return self.text(repr(v) if not isinstance(v, BaseException) else str(v))
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, then structured fields."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        super().__init__()
+        self.redactor = redactor
+
+    def format(self, record: logging.LogRecord) -> str:
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad %-format in a third-party logger must not kill logging
+            message = f"{record.msg!r} {record.args!r}"
+        out: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": message,
+        }
+        for key, val in record.__dict__.items():
+            if key not in _STANDARD and not key.startswith("_") and key not in out:
+                out[key] = val
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            out["error"] = f"{type(exc).__name__}: {exc}"
+            if record.levelno >= logging.ERROR or record.levelno <= logging.DEBUG:
+                out["traceback"] = self.formatException(record.exc_info)
+        clean = self.redactor.value(out)
+        line = json.dumps(clean, ensure_ascii=False, default=str)
+        # Secrets may contain characters json escapes; scrub the encoded form too.
+        for secret in self.redactor.secrets:
+            enc = json.dumps(secret, ensure_ascii=False)[1:-1]
+            if enc != secret:
+                line = line.replace(enc, REDACTED)
+        return line
+
+
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+
+
+def setup(
+    level: str = "info", secrets: Iterable[str] = (), stream: TextIO | None = None
+) -> Redactor:
+    """Install the JSON handler on the root logger (idempotent) and return its redactor."""
+    redactor = Redactor(secrets)
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter(redactor))
+    handler.set_name("gantry")
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if h.get_name() == "gantry":
+            root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(_LEVELS.get(level, logging.INFO))
+    # Chatty libraries log request URLs (which carry the Telegram token) at INFO/DEBUG;
+    # the redactor covers them, but they are noise at info level.
+    quiet = logging.WARNING if root.level > logging.DEBUG else logging.DEBUG
+    for name in ("httpx", "httpcore", "aiogram.event", "mcp.client", "mcp.server"):
+        logging.getLogger(name).setLevel(quiet)
+    logging.captureWarnings(True)
+    return redactor

@@ -1,0 +1,10 @@
+"""Shared fixtures: anyio backend and a clean environment for config tests."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
