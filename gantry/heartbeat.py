@@ -44,7 +44,8 @@ def check(db_path: str | os.PathLike[str], max_age: float = DEFAULT_MAX_AGE) -> 
     if row is None:
         return False, "unhealthy: no heartbeat row yet (gantry run has not finished booting)"
     ts, version, pid = row
-    age = time.time() - float(ts)  # type: ignore[arg-type]
+    age = time.time() - float(ts)
     if age > max_age:
-        return False, f"unhealthy: heartbeat stale by {age - max_age:.0f} s (age {age:.0f} s, pid {pid})"
+        stale = age - max_age
+        return False, f"unhealthy: heartbeat stale by {stale:.0f} s (age {age:.0f} s, pid {pid})"
     return True, f"healthy: heartbeat {max(age, 0.0):.1f} s old, version {version}, pid {pid}"

@@ -1,11 +1,13 @@
-"""The Channel protocol: how a transport hands messages to the agent and carries replies back.
+"""The Channel protocol: how a transport hands messages to the agent and carries replies.
 
 Channels know nothing of models, MCP or memory; the agent knows nothing of transports.
+A channel calls `respond(msg, stream)` for each inbound message and delivers the text it
+returns; with streaming on, it passes a ReplyStream that shows the reply as it grows.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from typing import Protocol
 
 import msgspec
@@ -27,39 +29,36 @@ class Inbound(msgspec.Struct, frozen=True):
 
 
 class ReplyStream(Protocol):
-    """A reply being written token by token (STREAM_REPLIES=true)."""
+    """A reply shown while it is being generated (STREAM_REPLIES=true)."""
 
-    async def write(self, delta: str) -> None: ...
+    async def write(self, delta: str) -> None:
+        """Show more text."""
+        ...
+
+    async def discard(self) -> None:
+        """The text shown so far was a preamble to tool calls; take it back if possible."""
+        ...
 
     async def finish(self, final_text: str) -> None:
-        """Deliver the complete text; the channel reconciles it with what was streamed."""
-        ...
-
-    async def abort(self) -> None:
-        """Discard a partial reply (e.g. the round turned out to be tool calls)."""
+        """Make sure the user ends up seeing exactly `final_text`."""
         ...
 
 
-Handler = Callable[[Inbound], Awaitable[None]]
+class Responder(Protocol):
+    """The agent side: the reply text for a message (commands included)."""
+
+    async def __call__(self, msg: Inbound, stream: ReplyStream | None) -> str: ...
 
 
 class Channel(Protocol):
-    """A transport. `serve` runs until the channel is exhausted (EOF) or cancelled."""
+    """A transport. `serve` runs until the input ends (EOF) or it is cancelled."""
 
     name: str
 
-    async def serve(self, handler: Handler) -> None: ...
-
-    async def reply(self, msg: Inbound, text: str) -> None: ...
-
-    def stream(self, msg: Inbound) -> ReplyStream: ...
+    async def serve(self, respond: Responder, ready: Callable[[], None]) -> None:
+        """Receive messages and answer them; call `ready()` once receiving has started."""
+        ...
 
     async def push(self, chat_id: str, text: str) -> None:
         """Unsolicited message to a chat (cron); must respect the channel's allowlist."""
         ...
-
-
-async def drain(it: AsyncIterator[str]) -> str:
-    """Collect an async iterator of text deltas into one string."""
-    parts = [d async for d in it]
-    return "".join(parts)

@@ -1,0 +1,86 @@
+"""The stdio REPL: the development channel. Lines in on stdin, replies out on stdout.
+
+Logs go to stderr, so stdout carries nothing but replies (and a prompt on a terminal).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import TextIO
+
+import anyio
+import anyio.to_thread
+
+from gantry.channel.base import Inbound, Responder
+
+CHAT_ID = "local"
+
+
+class StdioStream:
+    """Prints deltas as they arrive; finish() reconciles with the final text."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.shown = ""
+
+    async def write(self, delta: str) -> None:
+        self.shown += delta
+        self.out.write(delta)
+        self.out.flush()
+
+    async def discard(self) -> None:
+        if self.shown:
+            self.out.write("\n")
+            self.out.flush()
+        self.shown = ""
+
+    async def finish(self, final_text: str) -> None:
+        if self.shown and final_text.startswith(self.shown):
+            self.out.write(final_text[len(self.shown):] + "\n")
+        else:
+            if self.shown:
+                self.out.write("\n")
+            self.out.write(final_text + "\n")
+        self.out.flush()
+        self.shown = ""
+
+
+class StdioChannel:
+    name = "stdio"
+
+    def __init__(
+        self, stream_replies: bool = False, inp: TextIO | None = None, out: TextIO | None = None
+    ) -> None:
+        self.stream_replies = stream_replies
+        self.inp = inp or sys.stdin
+        self.out = out or sys.stdout
+        self.interactive = self.inp.isatty() if hasattr(self.inp, "isatty") else False
+        self.user = os.environ.get("USER", "local")
+
+    async def serve(self, respond: Responder, ready: Callable[[], None]) -> None:
+        ready()
+        while True:
+            if self.interactive:
+                self.out.write("> ")
+                self.out.flush()
+            line = await anyio.to_thread.run_sync(self.inp.readline, abandon_on_cancel=True)
+            if line == "":
+                return  # EOF: a clean exit
+            text = line.rstrip("\r\n")
+            if not text.strip():
+                continue
+            msg = Inbound(channel=self.name, chat_id=CHAT_ID, user_id=self.user, text=text)
+            if self.stream_replies:
+                stream = StdioStream(self.out)
+                reply = await respond(msg, stream)
+                await stream.finish(reply)
+            else:
+                reply = await respond(msg, None)
+                self.out.write(reply + "\n")
+                self.out.flush()
+
+    async def push(self, chat_id: str, text: str) -> None:
+        self.out.write(text + "\n")
+        self.out.flush()

@@ -1,0 +1,128 @@
+"""The tool registry: one shape for every tool the model may call.
+
+MCP servers, the built-in memory tools and the cron tools all plug in the same way: a
+`Tool` with a name, a JSON-Schema and an async `call`. The agent only sees this registry.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gantry.wire.openai import FunctionDef, ToolDef
+
+log = logging.getLogger("gantry.tools")
+
+# OpenAI's rule for function names; providers reject anything else.
+NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+ToolFn = Callable[[dict[str, Any]], Awaitable[str]]
+
+
+class ToolError(Exception):
+    """A tool failed in a way the model should be told about (the text is shown to it)."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One callable tool. `source` groups tools for bulk (un)registration, e.g. an MCP server."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    call: ToolFn
+    source: str = "builtin"
+
+    def schema(self) -> ToolDef:
+        return ToolDef(FunctionDef(self.name, self.description or None, self.parameters))
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What goes back to the model; `error` marks failures so logs and tests can tell."""
+
+    text: str
+    error: bool = False
+    chars: int = 0
+
+
+def truncate(text: str, limit: int) -> str:
+    """Cap a tool result at `limit` chars, saying how much was cut so the model knows."""
+    if len(text) <= limit:
+        return text
+    note = f"\n[truncated: {len(text) - limit} of {len(text)} chars cut]"
+    keep = max(0, limit - len(note))
+    return text[:keep] + note
+
+
+@dataclass
+class Registry:
+    """Name → Tool, plus the limits that apply to every call."""
+
+    result_max_chars: int = 16_000
+    _tools: dict[str, Tool] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def register(self, tool: Tool) -> None:
+        if not NAME_RE.match(tool.name):
+            raise ValueError(f"tool name {tool.name!r} is not allowed by OpenAI-compatible APIs")
+        if tool.name in self._tools and self._tools[tool.name].source != tool.source:
+            raise ValueError(
+                f"tool {tool.name!r} from {tool.source} collides with one from "
+                f"{self._tools[tool.name].source}"
+            )
+        self._tools[tool.name] = tool
+
+    def replace_source(self, source: str, tools: Iterable[Tool]) -> None:
+        """Swap every tool of `source` for `tools` (an MCP server restarted or changed)."""
+        for name in [n for n, t in self._tools.items() if t.source == source]:
+            del self._tools[name]
+        for tool in tools:
+            self.register(tool)
+
+    def schemas(self) -> list[ToolDef]:
+        return [self._tools[n].schema() for n in sorted(self._tools)]
+
+    async def call(self, name: str, arguments: str) -> ToolResult:
+        """Run one call; every failure becomes an error result the model can read."""
+        tool = self._tools.get(name)
+        if tool is None:
+            known = ", ".join(self.names()[:20]) or "none"
+            return self._error(name, f"unknown tool {name!r}; available tools: {known}")
+        try:
+            args = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            return self._error(
+                name, f"arguments are not valid JSON ({exc.msg} at char {exc.pos}); "
+                "send a JSON object matching the tool's schema"
+            )
+        if not isinstance(args, dict):
+            return self._error(name, "arguments must be a JSON object")
+        started = time.monotonic()
+        try:
+            text = await tool.call(args)
+        except ToolError as exc:
+            return self._error(name, str(exc))
+        except Exception as exc:
+            log.exception("tool raised", extra={"tool": name})
+            return self._error(name, f"the tool failed: {type(exc).__name__}: {exc}")
+        log.info(
+            "tool call",
+            extra={"tool": name, "ms": round((time.monotonic() - started) * 1000), "chars": len(text)},
+        )
+        return ToolResult(truncate(text, self.result_max_chars), chars=len(text))
+
+    def _error(self, name: str, message: str) -> ToolResult:
+        log.warning("tool call failed", extra={"tool": name, "error": message[:300]})
+        text = truncate(f"error: {message}", self.result_max_chars)
+        return ToolResult(text, error=True, chars=len(text))

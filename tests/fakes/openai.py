@@ -1,0 +1,559 @@
+"""A loopback fake of an OpenAI-compatible `/v1/chat/completions` server.
+
+Real sockets on 127.0.0.1 (ephemeral port) so tests exercise real httpx, SSE framing and
+connection errors. Each test scripts the replies it needs; unscripted requests get the
+default (`Echo`: "echo: <last user message>"). Every request is recorded for assertions.
+
+Async tests::
+
+    async with FakeOpenAI() as fake:
+        fake.push(Reply("hi"), HTTPError(429, retry_after="1"))
+        provider = Provider(fake.base_url, "sk-test", "fake-model")
+
+Subprocess tests (`gantry run` in another process)::
+
+    fake = FakeOpenAI(default=Echo(delay=30))   # "hang": every turn waits 30 s
+    base_url = fake.start_in_thread()
+    ...
+    fake.stop()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+__all__ = [
+    "Call",
+    "CutStream",
+    "Echo",
+    "FakeOpenAI",
+    "HTTPError",
+    "Malformed",
+    "RawSSE",
+    "RecordedRequest",
+    "Reply",
+    "Script",
+    "ToolCalls",
+    "rate_limited",
+]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A text reply; streamed in `chunk_size`-char pieces if the request asked for a stream."""
+
+    text: str
+    chunk_size: int = 4
+    delay: float = 0.0
+    finish_reason: str = "stop"
+
+
+@dataclass(frozen=True)
+class Echo:
+    """The default: reply "echo: <last user message>". `delay` > 0 makes the turn hang."""
+
+    delay: float = 0.0
+    chunk_size: int = 4
+
+
+@dataclass(frozen=True)
+class Call:
+    """One tool call to emit; `arguments` may be JSON text or a mapping."""
+
+    name: str
+    arguments: str | Mapping[str, Any] = "{}"
+    id: str | None = None
+
+    @property
+    def arguments_text(self) -> str:
+        return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+
+
+@dataclass(frozen=True)
+class ToolCalls:
+    """Tool calls; streamed OpenAI-style with arguments split into `pieces` fragments.
+
+    `interleave` sends the fragments of all calls round-robin (several calls in flight).
+    """
+
+    calls: Sequence[Call]
+    text: str = ""
+    pieces: int = 3
+    interleave: bool = False
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class HTTPError:
+    """An error status with an OpenAI-shaped body (or `raw_body` verbatim)."""
+
+    status: int
+    message: str = "scripted error"
+    retry_after: str | None = None
+    raw_body: str | None = None
+    delay: float = 0.0
+
+
+def rate_limited(retry_after: str = "1", message: str = "Rate limit reached") -> HTTPError:
+    """A 429 with Retry-After (seconds or an HTTP-date)."""
+    return HTTPError(429, message=message, retry_after=retry_after)
+
+
+@dataclass(frozen=True)
+class CutStream:
+    """Stream `after_chunks` content chunks of `text`, then stop without [DONE]/finish_reason.
+
+    `abrupt` closes the socket mid-body (incomplete chunked read); otherwise the body ends
+    cleanly but early.
+    """
+
+    text: str
+    after_chunks: int = 1
+    chunk_size: int = 4
+    abrupt: bool = True
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """A 200 whose JSON is broken: the whole body, or a chunk after `after_chunks` good ones."""
+
+    after_chunks: int = 1
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class RawSSE:
+    """Replay recorded provider bytes verbatim (split into `pieces` writes)."""
+
+    body: bytes
+    pieces: Sequence[int] = ()
+    content_type: str = "text/event-stream"
+    delay: float = 0.0
+
+
+Script = Reply | Echo | ToolCalls | HTTPError | CutStream | Malformed | RawSSE
+
+
+@dataclass
+class RecordedRequest:
+    """One request as received: method, path, headers and the parsed JSON body."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+    raw: bytes = b""
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return list(self.body.get("messages", [])) if isinstance(self.body, dict) else []
+
+    @property
+    def stream(self) -> bool:
+        return isinstance(self.body, dict) and bool(self.body.get("stream"))
+
+    @property
+    def last_user_text(self) -> str:
+        for message in reversed(self.messages):
+            if message.get("role") == "user":
+                return _text(message.get("content"))
+        return ""
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def _split(text: str, size: int) -> list[str]:
+    size = max(1, size)
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _pieces(text: str, count: int) -> list[str]:
+    count = max(1, min(count, len(text) or 1))
+    step = -(-len(text) // count) if text else 1
+    return [text[i : i + step] for i in range(0, len(text), step)] or [""]
+
+
+@dataclass
+class _Ctx:
+    """Per-request ids so chunks of one reply agree."""
+
+    model: str
+    include_usage: bool
+    prompt_chars: int
+    id: str = field(default_factory=lambda: "chatcmpl-" + uuid.uuid4().hex[:12])
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def usage(self, completion_chars: int) -> dict[str, int]:
+        prompt, completion = self.prompt_chars // 4, completion_chars // 4
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+
+    def chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        body = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": "fp_fake",
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+        return _sse(body)
+
+    def usage_chunk(self, completion_chars: int) -> bytes:
+        body = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [],
+            "usage": self.usage(completion_chars),
+        }
+        return _sse(body)
+
+    def completion(self, message: dict[str, Any], finish: str, completion_chars: int) -> bytes:
+        body = {
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+            ],
+            "usage": self.usage(completion_chars),
+        }
+        return json.dumps(body).encode()
+
+
+def _sse(body: Any) -> bytes:
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+_DONE = b"data: [DONE]\n\n"
+
+
+class FakeOpenAI:
+    """A scriptable OpenAI-compatible server on 127.0.0.1 (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        model: str = "fake-model",
+        default: Script | None = None,
+    ) -> None:
+        """`api_key` set → requests without `Bearer <api_key>` get a 401 like OpenAI's."""
+        self.api_key = api_key
+        self.model = model
+        self.default: Script = default or Echo()
+        self.requests: list[RecordedRequest] = []
+        self._queue: deque[Script] = deque()
+        self._lock = threading.Lock()
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ scripting
+
+    def push(self, *scripts: Script) -> None:
+        """Queue replies, consumed one per request in order."""
+        with self._lock:
+            self._queue.extend(scripts)
+
+    @property
+    def pending(self) -> int:
+        """Scripted replies not yet consumed."""
+        with self._lock:
+            return len(self._queue)
+
+    @property
+    def last_request(self) -> RecordedRequest:
+        if not self.requests:
+            raise AssertionError("the fake OpenAI server has received no request")
+        return self.requests[-1]
+
+    @property
+    def base_url(self) -> str:
+        """`http://127.0.0.1:<port>/v1` — what LLM_BASE_URL should be."""
+        if self._port is None:
+            raise RuntimeError("FakeOpenAI is not started: use `async with` or start_in_thread()")
+        return f"http://127.0.0.1:{self._port}/v1"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> str:
+        """Listen on an ephemeral loopback port in the running loop; return the base URL."""
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._handle)
+        runner = web.AppRunner(app, shutdown_timeout=0.5, handler_cancellation=True)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self._port = int(runner.addresses[0][1])
+        self._runner = runner
+        return self.base_url
+
+    async def close(self) -> None:
+        """Stop listening; in-flight (hanging) handlers are cancelled."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeOpenAI:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def start_in_thread(self) -> str:
+        """Run the server on its own loop in a daemon thread (for subprocess tests)."""
+        loop = asyncio.new_event_loop()
+        started = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self.start())
+            except BaseException as exc:
+                failure.append(exc)
+                started.set()
+                return
+            started.set()
+            loop.run_forever()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=run, name="fake-openai", daemon=True)
+        self._thread.start()
+        if not started.wait(10) or failure:
+            raise RuntimeError(f"fake OpenAI server did not start: {failure}")
+        return self.base_url
+
+    def stop(self) -> None:
+        """Stop a server started with start_in_thread()."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(self.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+        self._loop = self._thread = None
+
+    def __enter__(self) -> FakeOpenAI:
+        self.start_in_thread()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ serving
+
+    def _next(self) -> Script:
+        with self._lock:
+            return self._queue.popleft() if self._queue else self.default
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body: Any = json.loads(raw)
+        except ValueError:
+            body = None
+        recorded = RecordedRequest(
+            method=request.method,
+            path=request.path,
+            headers=dict(request.headers),
+            body=body,
+            raw=raw,
+        )
+        self.requests.append(recorded)
+        if self.api_key is not None and request.headers.get("Authorization") != (
+            f"Bearer {self.api_key}"
+        ):
+            return _error_response(401, "Incorrect API key provided.", "invalid_api_key")
+        if not isinstance(body, dict):
+            return _error_response(400, "We could not parse the JSON body of your request.")
+        script = self._next()
+        if script.delay:
+            await asyncio.sleep(script.delay)
+        stream_options = body.get("stream_options") or {}
+        ctx = _Ctx(
+            model=str(body.get("model") or self.model),
+            include_usage=bool(stream_options.get("include_usage")),
+            prompt_chars=len(json.dumps(body.get("messages", []))),
+        )
+        if isinstance(script, Echo):
+            script = Reply(f"echo: {recorded.last_user_text}", chunk_size=script.chunk_size)
+        if isinstance(script, HTTPError):
+            return _scripted_error(script)
+        if isinstance(script, RawSSE):
+            return await _raw(request, script)
+        if isinstance(script, CutStream) and not recorded.stream:
+            return await _cut_body(request, ctx.completion({"content": script.text}, "stop", 0))
+        if isinstance(script, Malformed) and not recorded.stream:
+            return web.Response(body=b'{"id": "chatcmpl-x", "choices": [{"mess', content_type=_JSON)
+        if recorded.stream:
+            return await self._stream(request, script, ctx)
+        return _complete(script, ctx)
+
+    async def _stream(self, request: web.Request, script: Script, ctx: _Ctx) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        await response.write(ctx.chunk({"role": "assistant", "content": ""}))
+        if isinstance(script, Reply):
+            for piece in _split(script.text, script.chunk_size):
+                await response.write(ctx.chunk({"content": piece}))
+            await response.write(ctx.chunk({}, script.finish_reason))
+            completion_chars = len(script.text)
+        elif isinstance(script, ToolCalls):
+            for frame in _tool_call_frames(script, ctx):
+                await response.write(frame)
+            await response.write(ctx.chunk({}, "tool_calls"))
+            completion_chars = sum(len(c.arguments_text) for c in script.calls)
+        elif isinstance(script, CutStream):
+            for piece in _split(script.text, script.chunk_size)[: script.after_chunks]:
+                await response.write(ctx.chunk({"content": piece}))
+            if script.abrupt:
+                _abort(request)
+                return response
+            await response.write_eof()
+            return response
+        elif isinstance(script, Malformed):
+            for _ in range(script.after_chunks):
+                await response.write(ctx.chunk({"content": "ok "}))
+            await response.write(b'data: {"id": "chatcmpl-x", "choices": [{"delta": {"cont\n\n')
+            await response.write(_DONE)
+            await response.write_eof()
+            return response
+        else:
+            raise AssertionError(f"unhandled script {script!r}")
+        if ctx.include_usage:
+            await response.write(ctx.usage_chunk(completion_chars))
+        await response.write(_DONE)
+        await response.write_eof()
+        return response
+
+
+_JSON = "application/json"
+
+
+def _error_response(status: int, message: str, code: str | None = None) -> web.Response:
+    body = {"error": {"message": message, "type": "invalid_request_error", "code": code}}
+    return web.Response(status=status, text=json.dumps(body), content_type=_JSON)
+
+
+def _scripted_error(script: HTTPError) -> web.Response:
+    headers = {"Retry-After": script.retry_after} if script.retry_after is not None else {}
+    if script.raw_body is not None:
+        return web.Response(status=script.status, text=script.raw_body, headers=headers)
+    body = {"error": {"message": script.message, "type": "scripted", "code": None}}
+    return web.Response(
+        status=script.status, text=json.dumps(body), content_type=_JSON, headers=headers
+    )
+
+
+def _abort(request: web.Request) -> None:
+    """Drop the socket mid-body so the client sees an incomplete chunked read."""
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
+
+
+async def _cut_body(request: web.Request, body: bytes) -> web.StreamResponse:
+    """Promise the whole body, send half, drop the socket."""
+    response = web.StreamResponse(headers={"Content-Type": _JSON})
+    response.content_length = len(body)
+    await response.prepare(request)
+    await response.write(body[: len(body) // 2])
+    _abort(request)
+    return response
+
+
+async def _raw(request: web.Request, script: RawSSE) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": script.content_type})
+    await response.prepare(request)
+    body, offset = script.body, 0
+    for size in script.pieces:
+        await response.write(body[offset : offset + size])
+        offset += size
+    if offset < len(body):
+        await response.write(body[offset:])
+    await response.write_eof()
+    return response
+
+
+def _tool_call_frames(script: ToolCalls, ctx: _Ctx) -> Iterator[bytes]:
+    """OpenAI's shape: a head fragment per call (index, id, name), then argument pieces."""
+    if script.text:
+        yield ctx.chunk({"content": script.text})
+    heads: list[bytes] = []
+    tails: list[list[bytes]] = []
+    for index, call in enumerate(script.calls):
+        head = {
+            "index": index,
+            "id": call.id or f"call_{uuid.uuid4().hex[:8]}",
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }
+        heads.append(ctx.chunk({"tool_calls": [head]}))
+        tails.append(
+            [
+                ctx.chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+                for piece in _pieces(call.arguments_text, script.pieces)
+            ]
+        )
+    if not script.interleave:
+        for first, rest in zip(heads, tails, strict=True):
+            yield first
+            yield from rest
+        return
+    yield from heads
+    for round_ in range(max((len(t) for t in tails), default=0)):
+        for tail in tails:
+            if round_ < len(tail):
+                yield tail[round_]
+
+
+def _complete(script: Script, ctx: _Ctx) -> web.Response:
+    if isinstance(script, Reply):
+        message: dict[str, Any] = {"role": "assistant", "content": script.text}
+        body = ctx.completion(message, script.finish_reason, len(script.text))
+    elif isinstance(script, ToolCalls):
+        calls = [
+            {
+                "id": call.id or f"call_{uuid.uuid4().hex[:8]}",
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments_text},
+            }
+            for call in script.calls
+        ]
+        message = {"role": "assistant", "content": script.text or None, "tool_calls": calls}
+        body = ctx.completion(
+            message, "tool_calls", sum(len(c.arguments_text) for c in script.calls)
+        )
+    else:
+        raise AssertionError(f"unhandled script {script!r}")
+    return web.Response(body=body, content_type=_JSON)

@@ -1,0 +1,69 @@
+"""Redaction: secrets never reach stderr, whichever logger carries them."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+
+from gantry import log
+
+KEY = "sk-live-Abc123\"quoted\\slash"
+TOKEN = "7312345678:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
+LOGGERS = ["gantry", "gantry.provider", "gantry.channel.telegram", "httpx", "httpcore",
+           "aiogram", "aiogram.event", "aiohttp.client", "mcp", "mcp.client.stdio", "asyncio", ""]
+
+
+@pytest.fixture
+def stream():  # type: ignore[no-untyped-def]
+    buf = io.StringIO()
+    log.setup("debug", [KEY, TOKEN], stream=buf)
+    yield buf
+    log.setup("info", [], stream=io.StringIO())
+
+
+@pytest.mark.parametrize("name", LOGGERS)
+def test_secret_never_reaches_output(stream: io.StringIO, name: str) -> None:
+    lg = logging.getLogger(name)
+    lg.setLevel(logging.DEBUG)
+    lg.warning("key=%s url=https://api.telegram.org/bot%s/getUpdates", KEY, TOKEN)
+    lg.error("in extra", extra={"headers": {"Authorization": f"Bearer {KEY}"}, "t": [TOKEN]})
+    try:
+        raise RuntimeError(f"failed calling bot{TOKEN}/sendMessage with {KEY}")
+    except RuntimeError:
+        lg.exception("boom")
+    lg.debug(f"f-string {TOKEN}")
+    lg.setLevel(logging.NOTSET)
+    out = stream.getvalue()
+    assert out.count("\n") == 4
+    assert TOKEN not in out and KEY not in out
+    assert json.dumps(KEY)[1:-1] not in out
+    assert TOKEN.split(":")[1] not in out
+    for line in out.splitlines():
+        rec = json.loads(line)
+        assert {"time", "level", "logger", "message"} <= set(rec)
+
+
+def test_token_shape_redacted_even_if_unknown(stream: io.StringIO) -> None:
+    other = "5550001111:ZZHdqTcvCH1vGWJxfSeofSAs0K5PALDzzz"
+    logging.getLogger("aiogram").error("GET https://api.telegram.org/bot%s/getMe", other)
+    assert other not in stream.getvalue()
+    assert "bot[REDACTED]" in stream.getvalue()
+
+
+def test_structured_fields_and_level(stream: io.StringIO) -> None:
+    logging.getLogger("gantry.x").info("turn done", extra={"session": "stdio:1", "ms": 12})
+    rec = json.loads(stream.getvalue())
+    assert rec["level"] == "info" and rec["logger"] == "gantry.x"
+    assert rec["session"] == "stdio:1" and rec["ms"] == 12
+
+
+def test_level_honoured() -> None:
+    buf = io.StringIO()
+    log.setup("warning", [], stream=buf)
+    logging.getLogger("gantry").info("hidden")
+    logging.getLogger("gantry").warning("shown")
+    assert "hidden" not in buf.getvalue() and "shown" in buf.getvalue()
+    log.setup("info", [], stream=io.StringIO())

@@ -1,0 +1,134 @@
+"""`gantry status`: read-only, correct while a writer works, one line for every outcome."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gantry import db, heartbeat
+
+
+def _fresh_db(tmp_path: Path, age: float | None = 0.0) -> Path:
+    path = tmp_path / "gantry.db"
+    conn = db.connect(path)
+    if age is not None:
+        heartbeat.touch(conn, "9.9.9", now=time.time() - age)
+    conn.close()
+    return path
+
+
+def test_no_database(tmp_path: Path) -> None:
+    ok, line = heartbeat.check(tmp_path / "gantry.db")
+    assert not ok and "no database" in line
+    assert not (tmp_path / "gantry.db").exists()
+
+
+def test_no_table(tmp_path: Path) -> None:
+    import apsw
+
+    apsw.Connection(str(tmp_path / "gantry.db")).execute("CREATE TABLE other (x)")
+    ok, line = heartbeat.check(tmp_path / "gantry.db")
+    assert not ok and "no heartbeat table" in line
+
+
+def test_no_row(tmp_path: Path) -> None:
+    ok, line = heartbeat.check(_fresh_db(tmp_path, age=None))
+    assert not ok and "no heartbeat row" in line
+
+
+def test_stale(tmp_path: Path) -> None:
+    ok, line = heartbeat.check(_fresh_db(tmp_path, age=300))
+    assert not ok and "stale by 240 s" in line
+    ok, _ = heartbeat.check(tmp_path / "gantry.db", max_age=600)
+    assert ok
+
+
+def test_fresh(tmp_path: Path) -> None:
+    ok, line = heartbeat.check(_fresh_db(tmp_path))
+    assert ok and "version 9.9.9" in line and "pid" in line
+
+
+def test_unreadable(tmp_path: Path) -> None:
+    (tmp_path / "gantry.db").write_bytes(b"this is not a database" * 100)
+    ok, line = heartbeat.check(tmp_path / "gantry.db")
+    assert not ok and "cannot read" in line
+
+
+def test_correct_while_writer_holds_lock(tmp_path: Path) -> None:
+    path = _fresh_db(tmp_path)
+    writer = db.connect(path)
+    writer.execute("BEGIN EXCLUSIVE")
+    writer.execute("INSERT INTO session_summary VALUES ('x', 'y', 0)")
+    heartbeat.touch(writer, "in-flight")
+    try:
+        ok, line = heartbeat.check(path)
+        assert ok and "9.9.9" in line  # sees the committed row, not the uncommitted one
+    finally:
+        writer.execute("COMMIT")
+        writer.close()
+
+
+def _digest(path: Path) -> tuple[str, int]:
+    return hashlib.sha256(path.read_bytes()).hexdigest(), os.stat(path).st_mtime_ns
+
+
+@pytest.mark.parametrize("age", [0.0, 300.0, None])
+def test_status_never_modifies_db(tmp_path: Path, age: float | None) -> None:
+    path = _fresh_db(tmp_path, age)
+    before = _digest(path)
+    time.sleep(0.01)
+    for _ in range(3):
+        heartbeat.check(path)
+    assert _digest(path) == before
+
+
+@pytest.mark.slow
+def test_status_cli_exit_codes(tmp_path: Path) -> None:
+    env = {"PATH": os.environ["PATH"], "DATA_DIR": str(tmp_path)}
+
+    def status(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gantry", "status", *extra], env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    r = status()
+    assert r.returncode == 1 and r.stdout.count("\n") == 1 and "no database" in r.stdout
+    _fresh_db(tmp_path, age=120)
+    r = status()
+    assert r.returncode == 1 and "stale" in r.stdout
+    assert status("--max-age", "600").returncode == 0
+    assert status("--max-age", "-1").returncode == 2
+    assert status("--bogus").returncode == 2
+
+
+def test_status_imports_are_lean(tmp_path: Path) -> None:
+    """The healthcheck must not import the heavy client libraries."""
+    _fresh_db(tmp_path)
+    code = (
+        "import sys; from gantry.cli import main; "
+        f"rc = main(['status', '--data-dir', {str(tmp_path)!r}]); "
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "{'aiogram','mcp','httpx','pydantic','aiohttp','anyio','msgspec','httpcore'}); "
+        "print('HEAVY', heavy); sys.exit(rc)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "HEAVY []" in r.stdout
+
+
+def test_version_imports_are_lean() -> None:
+    code = (
+        "import sys; from gantry.cli import main; rc = main(['version', '--json']); "
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "{'aiogram','mcp','httpx','pydantic','aiohttp','anyio','httpcore'}); "
+        "print('HEAVY', heavy); sys.exit(rc)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "HEAVY []" in r.stdout
+    assert '"sqlite": "3.' in r.stdout
