@@ -109,6 +109,12 @@ class RetryPolicy(msgspec.Struct, frozen=True):
     max_delay: float = 8.0
     deadline: float = 60.0
 
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("RetryPolicy.max_attempts must be at least 1")
+        if min(self.base_delay, self.max_delay, self.deadline) < 0:
+            raise ValueError("RetryPolicy delays and deadline must not be negative")
+
     def backoff(self, attempt: int, rng: random.Random) -> float:
         """Delay before retry number `attempt` (1-based), jitter included."""
         delay = min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
@@ -279,7 +285,8 @@ class Provider:
                     yield TextDelta(text)
                 completion = assembler.result()
         finally:
-            await response.aclose()
+            with anyio.CancelScope(shield=True):  # close the socket even when cancelled
+                await response.aclose()
         self._log_done(completion, started, stream=True)
         yield Done(completion)
 
@@ -389,7 +396,8 @@ class Provider:
             except httpx.TransportError as exc:
                 raise self._transport_error(exc, during="reading the stream from") from None
         except BaseException:
-            await response.aclose()
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
             raise
         return response, chunks, first
 

@@ -99,7 +99,9 @@ async def _signals(
                 try:
                     persona.load()
                 except Exception as exc:
-                    log.error("persona reload failed; keeping the old one", extra={"error": str(exc)})
+                    log.error(
+                        "persona reload failed; keeping the old one", extra={"error": str(exc)}
+                    )
                 continue
             log.info("shutdown requested", extra={"signal": signal.Signals(signum).name})
             receive.cancel()

@@ -1,21 +1,36 @@
-"""systemd's sd_notify over $NOTIFY_SOCKET: READY=1 at start, WATCHDOG=1 per heartbeat."""
+"""The systemd notify protocol, without libsystemd: one datagram to $NOTIFY_SOCKET.
+
+    notify("READY=1")       # after boot, so `Type=notify` units become active
+    notify("WATCHDOG=1")    # at least every WatchdogSec/2 while healthy
+    notify("STOPPING=1")    # when shutdown begins
+
+A no-op (returns False) when NOTIFY_SOCKET is unset, e.g. under Docker or Kubernetes.
+Never raises: a broken notify socket must not take the agent down.
+"""
 
 from __future__ import annotations
 
 import os
 import socket
 
+__all__ = ["notify"]
+
 
 def notify(state: str) -> bool:
-    """Send `state` to the service manager; a no-op (False) when not under systemd."""
-    path = os.environ.get("NOTIFY_SOCKET", "")
-    if not path:
+    """Send `state` (newline-separated KEY=VALUE assignments); True if the datagram was sent."""
+    addr = os.environ.get("NOTIFY_SOCKET", "")
+    if not addr or not state:
         return False
-    addr = "\0" + path[1:] if path.startswith("@") else path
+    if addr[0] == "@":  # Linux abstract namespace
+        target: str | bytes = b"\0" + addr[1:].encode()
+    elif addr[0] == "/":
+        target = addr
+    else:
+        return False  # vsock and other schemes are not supported
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as s:
-            s.connect(addr)
-            s.sendall(state.encode())
-    except OSError:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            sock.connect(target)
+            sock.sendall(state.encode())
+    except (OSError, UnicodeError, ValueError):
         return False
     return True

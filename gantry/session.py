@@ -122,16 +122,17 @@ def plan_trim(history: Sequence[Message], max_messages: int, max_tokens: int) ->
         n_msgs, n_chars = n_msgs + m, n_chars + c
     if not kept and turns:
         newest = turns[-1]
-        head, rest = newest[0], newest[1:]
+        forced = isinstance(history[newest[0][0]], UserMessage)
+        head, rest = (newest[:1], newest[1:]) if forced else ([], newest)
         kept_rest: list[list[int]] = []
-        n_msgs, n_chars = cost([head])
+        n_msgs, n_chars = cost(head)
         for unit in reversed(rest):
             m, c = cost([unit])
             if n_msgs + m > max_messages or est_tokens(n_chars + c) > max_tokens:
                 break
             kept_rest.insert(0, unit)
             n_msgs, n_chars = n_msgs + m, n_chars + c
-        kept = [head, *kept_rest]
+        kept = [*head, *kept_rest]
     keep = sorted(i for u in kept for i in u)
     keep_set = set(keep)
     return Trim(keep, [i for i in range(len(history)) if i not in keep_set])

@@ -103,8 +103,9 @@ class Registry:
             args = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as exc:
             return self._error(
-                name, f"arguments are not valid JSON ({exc.msg} at char {exc.pos}); "
-                "send a JSON object matching the tool's schema"
+                name,
+                f"arguments are not valid JSON ({exc.msg} at char {exc.pos}); "
+                "send a JSON object matching the tool's schema",
             )
         if not isinstance(args, dict):
             return self._error(name, "arguments must be a JSON object")
@@ -118,7 +119,11 @@ class Registry:
             return self._error(name, f"the tool failed: {type(exc).__name__}: {exc}")
         log.info(
             "tool call",
-            extra={"tool": name, "ms": round((time.monotonic() - started) * 1000), "chars": len(text)},
+            extra={
+                "tool": name,
+                "ms": round((time.monotonic() - started) * 1000),
+                "chars": len(text),
+            },
         )
         return ToolResult(truncate(text, self.result_max_chars), chars=len(text))
 

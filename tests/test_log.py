@@ -16,12 +16,25 @@ LOGGERS = ["gantry", "gantry.provider", "gantry.channel.telegram", "httpx", "htt
            "aiogram", "aiogram.event", "aiohttp.client", "mcp", "mcp.client.stdio", "asyncio", ""]
 
 
+@pytest.fixture(autouse=True)
+def restore_logging():  # type: ignore[no-untyped-def]
+    """log.setup changes global state; put it back so other tests' caplog still works."""
+    root = logging.getLogger()
+    names = ["httpx", "httpcore", "aiogram.event", "mcp.client", "mcp.server"]
+    saved = (list(root.handlers), root.level, {n: logging.getLogger(n).level for n in names})
+    yield
+    root.handlers[:] = saved[0]
+    root.setLevel(saved[1])
+    for n, level in saved[2].items():
+        logging.getLogger(n).setLevel(level)
+    logging.captureWarnings(False)
+
+
 @pytest.fixture
 def stream():  # type: ignore[no-untyped-def]
     buf = io.StringIO()
     log.setup("debug", [KEY, TOKEN], stream=buf)
-    yield buf
-    log.setup("info", [], stream=io.StringIO())
+    return buf
 
 
 @pytest.mark.parametrize("name", LOGGERS)
@@ -66,4 +79,3 @@ def test_level_honoured() -> None:
     logging.getLogger("gantry").info("hidden")
     logging.getLogger("gantry").warning("shown")
     assert "hidden" not in buf.getvalue() and "shown" in buf.getvalue()
-    log.setup("info", [], stream=io.StringIO())

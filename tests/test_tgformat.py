@@ -206,7 +206,9 @@ def test_code_block_and_inline_code() -> None:
 
 
 def test_links_are_kept_only_when_telegram_accepts_the_url() -> None:
-    r = render_markdown("[docs](https://ex.com/a_b) [rel](/x) [js](javascript:alert(1)) [w](www.ex.com)")
+    r = render_markdown(
+        "[docs](https://ex.com/a_b) [rel](/x) [js](javascript:alert(1)) [w](www.ex.com)"
+    )
     assert r.text == "docs rel js w"
     links = [e for e in r.entities if e.type == "text_link"]
     assert links == [
@@ -245,7 +247,7 @@ def test_unbalanced_markup_never_crashes_and_keeps_words(src: str) -> None:
         if word in src.split():
             assert word in r.text
     for e in r.entities:
-        assert 0 <= e.offset and e.end <= utf16_len(r.text)
+        assert e.offset >= 0 and e.end <= utf16_len(r.text)
 
 
 def test_raw_html_is_shown_not_dropped() -> None:

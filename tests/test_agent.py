@@ -1,0 +1,197 @@
+"""The agent loop against the fake OpenAI server over real loopback HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from gantry import db
+from gantry.agent import CAP_NOTE, Agent
+from gantry.channel.base import Inbound
+from gantry.provider import Provider, RetryPolicy
+from gantry.session import SessionStore
+from gantry.tools import Registry, Tool, ToolError
+from tests.fakes.openai import Call, FakeOpenAI, HTTPError, Reply, ToolCalls
+
+pytestmark = pytest.mark.anyio
+
+
+def msg(text: str, chat: str = "1") -> Inbound:
+    return Inbound(channel="test", chat_id=chat, user_id="u", text=text)
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI() as f:
+        yield f
+
+
+def make_agent(fake: FakeOpenAI, tmp_path: Path, **kw: Any) -> Agent:
+    async def no_sleep(_: float) -> None:
+        return None
+
+    provider = Provider(fake.base_url, "sk-test-123456", "fake-model",
+                        retry=RetryPolicy(max_attempts=2, deadline=5), sleep=no_sleep)
+    registry = Registry(result_max_chars=kw.pop("result_max_chars", 16_000))
+
+    async def add(args: dict[str, Any]) -> str:
+        return str(args["a"] + args["b"])
+
+    async def broken(args: dict[str, Any]) -> str:
+        raise ToolError("the service is down")
+
+    async def big(args: dict[str, Any]) -> str:
+        return "x" * 50_000
+
+    registry.register(Tool("calc__add", "add two numbers", {"type": "object"}, add, "calc"))
+    registry.register(Tool("calc__broken", "always fails", {"type": "object"}, broken, "calc"))
+    registry.register(Tool("calc__big", "huge output", {"type": "object"}, big, "calc"))
+    return Agent(model=provider, sessions=SessionStore(db.connect(tmp_path / "g.db")),
+                 tools=registry, persona=lambda: "You are Tim.", **kw)
+
+
+async def test_plain_turn_and_history(fake: FakeOpenAI, tmp_path: Path) -> None:
+    agent = make_agent(fake, tmp_path)
+    assert await agent(msg("hello")) == "echo: hello"
+    assert await agent(msg("again")) == "echo: again"
+    sent = fake.last_request.messages
+    assert sent[0] == {"role": "system", "content": "You are Tim."}
+    assert [m["role"] for m in sent[1:]] == ["user", "assistant", "user"]
+    assert fake.last_request.body["tools"][0]["type"] == "function"
+
+
+async def test_tool_round_then_answer(fake: FakeOpenAI, tmp_path: Path) -> None:
+    fake.push(ToolCalls([Call("calc__add", {"a": 2, "b": 3}, id="c1"),
+                         Call("calc__broken", {}, id="c2")]), Reply("five"))
+    agent = make_agent(fake, tmp_path)
+    assert await agent(msg("2+3?")) == "five"
+    tool_msgs = [m for m in fake.last_request.messages if m["role"] == "tool"]
+    assert tool_msgs == [
+        {"role": "tool", "tool_call_id": "c1", "content": "5"},
+        {"role": "tool", "tool_call_id": "c2", "content": "error: the service is down"},
+    ]
+    _, stored = agent.sessions.load("test:1")
+    assert [type(m).__name__ for m in stored] == [
+        "UserMessage", "AssistantMessage", "ToolMessage", "ToolMessage", "AssistantMessage"]
+
+
+async def test_malformed_arguments_become_error_result(fake: FakeOpenAI, tmp_path: Path) -> None:
+    fake.push(ToolCalls([Call("calc__add", '{"a": 2, "b":', id="c1")]), Reply("sorry"))
+    agent = make_agent(fake, tmp_path)
+    assert await agent(msg("add")) == "sorry"
+    tool = next(m for m in fake.last_request.messages if m["role"] == "tool")
+    assert tool["content"].startswith("error: arguments are not valid JSON")
+
+
+async def test_unknown_tool_and_truncation(fake: FakeOpenAI, tmp_path: Path) -> None:
+    fake.push(ToolCalls([Call("nope__x", {}, id="c1"), Call("calc__big", {}, id="c2")]),
+              Reply("ok"))
+    agent = make_agent(fake, tmp_path, result_max_chars=1000)
+    await agent(msg("go"))
+    tools = [m["content"] for m in fake.last_request.messages if m["role"] == "tool"]
+    assert "unknown tool 'nope__x'" in tools[0]
+    assert len(tools[1]) <= 1000 and "truncated" in tools[1]
+
+
+async def test_iteration_cap_ends_with_call_without_tools(fake: FakeOpenAI, tmp_path: Path) -> None:
+    fake.push(*[ToolCalls([Call("calc__add", {"a": 1, "b": 1}, id=f"c{i}")]) for i in range(3)],
+              Reply("final answer"))
+    agent = make_agent(fake, tmp_path, max_iterations=3)
+    assert await agent(msg("loop")) == "final answer"
+    last = fake.last_request.body
+    assert "tools" not in last
+    assert last["messages"][-1] == {"role": "user", "content": CAP_NOTE}
+    assert len(fake.requests) == 4
+
+
+async def test_model_failure_gives_clear_reply(fake: FakeOpenAI, tmp_path: Path) -> None:
+    fake.push(HTTPError(500, "upstream exploded"), HTTPError(500, "upstream exploded"))
+    agent = make_agent(fake, tmp_path)
+    reply = await agent(msg("hi"))
+    assert reply.startswith("Sorry — the model call failed") and "500" in reply
+    assert "sk-test-123456" not in reply
+    assert await agent(msg("hi again")) == "echo: hi again"
+    # the failed turn's user message was kept, so no message is lost
+    roles = [m["role"] for m in fake.last_request.messages]
+    assert roles == ["system", "user", "user"]
+
+
+async def test_commands(fake: FakeOpenAI, tmp_path: Path) -> None:
+    agent = make_agent(fake, tmp_path)
+    await agent(msg("one"))
+    status = await agent(msg("/status"))
+    assert "history: 2 messages" in status and "(est.)" in status and "tools: 3" in status
+    assert "model: fake-model" in status and "summary: no" in status
+    assert "/new" in await agent(msg("/help"))
+    await agent(msg("/new@gantry_bot"))
+    assert "history: 0 messages" in await agent(msg("/status"))
+    assert len(fake.requests) == 1
+
+
+async def test_summary_folds_dropped_turns(fake: FakeOpenAI, tmp_path: Path) -> None:
+    agent = make_agent(fake, tmp_path, max_messages=6)
+    for i in range(3):
+        await agent(msg(f"m{i}"))
+    fake.push(Reply("echo: m3"), Reply("they counted m0 to m3"))  # turn, then summariser
+    await agent(msg("m3"))  # 8 messages > 6 → fold down to ≤ 4 (75%)
+    assert agent.sessions.summary("test:1") == "they counted m0 to m3"
+    n, _ = agent.sessions.stats("test:1")
+    assert n <= 4
+    summarise_req = fake.requests[-1].messages
+    assert "m0" in summarise_req[1]["content"]
+    await agent(msg("m4"))
+    system = fake.last_request.messages[0]["content"]
+    assert "[summary of earlier conversation]\nthey counted m0 to m3" in system
+
+
+async def test_summary_failure_keeps_history(fake: FakeOpenAI, tmp_path: Path) -> None:
+    agent = make_agent(fake, tmp_path, max_messages=4)
+    for i in range(2):
+        await agent(msg(f"m{i}"))
+    fake.push(Reply("echo: m2"), HTTPError(400, "no summaries today"))
+    await agent(msg("m2"))
+    assert agent.sessions.stats("test:1")[0] == 6  # nothing deleted without a summary
+    assert agent.sessions.summary("test:1") == ""
+
+
+async def test_one_turn_at_a_time_per_session(fake: FakeOpenAI, tmp_path: Path) -> None:
+    fake.push(Reply("slow", delay=0.5))
+    agent = make_agent(fake, tmp_path)
+    order: list[str] = []
+
+    async def send(text: str, chat: str) -> None:
+        order.append(await agent(msg(text, chat)))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(send, "a", "1")
+        await anyio.sleep(0.1)
+        tg.start_soon(send, "b", "1")
+        await anyio.sleep(0.1)
+        tg.start_soon(send, "c", "2")
+    # chat 2 ran while chat 1's slow turn was in flight; chat 1's turns stayed in order
+    assert order == ["echo: c", "slow", "echo: b"]
+
+
+async def test_streaming_turn(fake: FakeOpenAI, tmp_path: Path) -> None:
+    fake.push(ToolCalls([Call("calc__add", {"a": 1, "b": 2}, id="c1")], text="let me see"),
+              Reply("three it is", chunk_size=3))
+    agent = make_agent(fake, tmp_path)
+    events: list[str] = []
+
+    class Stream:
+        async def write(self, delta: str) -> None:
+            events.append(delta)
+
+        async def discard(self) -> None:
+            events.append("<discard>")
+
+        async def finish(self, final_text: str) -> None:
+            events.append(f"<finish {final_text}>")
+
+    reply = await agent(msg("1+2"), Stream())
+    assert reply == "three it is"
+    assert "".join(events) == "let me see<discard>three it is"
