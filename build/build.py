@@ -43,15 +43,21 @@ WORK = WORKROOT / "nuitka"
 TIMINGS = WORKROOT / "timings.jsonl"
 PLUGIN = ROOT / "build" / "static_onefile.py"
 NUITKA_VERSION = "4.3.3"
+# The one way to build: Dockerfile.distroless, `nox -s build` and CI run exactly this from the
+# repository root with the build extra installed (tests/test_deploy_files.py checks the
+# Dockerfile).
+BUILD_COMMAND = "python build/build.py"
+INSTALL_PATH = "/usr/local/bin/gantry"  # where images and hosts put dist/gantry
 
 # Where the payload is unpacked at run time. Must be a literal path (the .bin's ELF interpreter
 # is hard-wired into it), per version so upgrades never reuse stale files, and on a tmpfs that
 # allows exec (compose.yml / k8s mount /tmp for exactly this). Tests check the deploy files agree.
 TEMPDIR_PARENT = "/tmp"
 # The bootstrap turns SIGTERM into SIGINT for the app and SIGKILLs it after this grace time.
-# 8 s fits inside Docker's default 10 s stop timeout (compose stop_grace_period, k8s
+# 9 s = the app's 8 s drain (gantry.runtime.DRAIN_SECONDS) + 1 s to close; it fits inside Docker's
+# default 10 s stop timeout (compose stop_grace_period, k8s
 # terminationGracePeriodSeconds and systemd TimeoutStopSec are set above it).
-CHILD_GRACE_MS = 8000
+CHILD_GRACE_MS = 9000
 
 # Never imported by gantry at run time (see docs/packaging.md for how this was measured);
 # `tzdata` would shadow the image's /usr/share/zoneinfo, which is what we want to use.

@@ -145,8 +145,9 @@ class Agent:
         started = time.monotonic()
         _ids, history = self.sessions.load(session_id)
         user = UserMessage(text)
-        self.sessions.append(session_id, [user])  # recorded first: the message is never lost
-        history.append(user)
+        if not (history and history[-1] == user):  # a retried turn (restart) is recorded once
+            self.sessions.append(session_id, [user])  # recorded first: never lost
+            history.append(user)
         summary = self.sessions.summary(session_id)
         try:
             memory = await self.memory_block(session_id, text)

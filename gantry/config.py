@@ -31,6 +31,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     llm_model: str
     telegram_bot_token: str = ""
     telegram_allowed_users: tuple[int, ...] = ()
+    telegram_api_url: str = "https://api.telegram.org"
     channel: str = "telegram"
     persona_dir: str = "/persona"
     data_dir: str = "/data"
@@ -180,6 +181,10 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
     for field in REQUIRED:
         if field not in values and env_name(field) not in _reported(problems):
             problems.append(f"{env_name(field)} is required but not set")
+
+    api = values.get("telegram_api_url")
+    if api is not None and not re.match(r"https?://[^/\s]+", api):
+        problems.append(f"TELEGRAM_API_URL must start with http:// or https://, got {api[:80]!r}")
 
     url = values.get("llm_base_url")
     if url is not None and not re.match(r"https?://[^/\s]+", url):

@@ -49,19 +49,28 @@ class PersonaHolder:
 
 @dataclass
 class Turns:
-    """Shields in-flight turns from the receive-side cancellation, so they can drain."""
+    """Shields in-flight turns from the receive-side cancellation, so they can drain.
+
+    Once closing, no new turn starts; a turn cut at the drain deadline raises TurnAborted
+    so the channel leaves its message pending rather than answering it.
+    """
 
     scopes: set[anyio.CancelScope] = field(default_factory=set)
+    closing: bool = False
 
     def wrap(self, respond: Any) -> Any:
+        from gantry.channel.base import TurnAborted
+
         async def shielded(msg: Any, stream: Any) -> str:
+            if self.closing:
+                raise TurnAborted
             with anyio.CancelScope(shield=True) as scope:
                 self.scopes.add(scope)
                 try:
                     return str(await respond(msg, stream))
                 finally:
                     self.scopes.discard(scope)
-            return "Sorry — gantry is shutting down; please send that again in a moment."
+            raise TurnAborted
 
         return shielded
 
@@ -70,12 +79,21 @@ class Turns:
             scope.cancel()
 
 
-def build_channel(cfg: Config) -> Any:
+def build_channel(cfg: Config, conn: Any) -> Any:
+    """The configured channel; aiogram is imported only for CHANNEL=telegram."""
     if cfg.channel == "stdio":
         from gantry.channel.stdio import StdioChannel
 
         return StdioChannel(stream_replies=cfg.stream_replies)
-    raise BootError(f"CHANNEL={cfg.channel} is not available in this build yet")
+    from gantry.channel.telegram import TelegramChannel
+
+    return TelegramChannel(
+        cfg.telegram_bot_token,
+        cfg.telegram_allowed_users,
+        conn,
+        api_url=cfg.telegram_api_url,
+        stream_replies=cfg.stream_replies,
+    )
 
 
 async def _heartbeat(conn: Any) -> None:
@@ -104,6 +122,7 @@ async def _signals(
                     )
                 continue
             log.info("shutdown requested", extra={"signal": signal.Signals(signum).name})
+            turns.closing = True
             receive.cancel()
             await _drain(agent, turns)
             tg.cancel_scope.cancel()
@@ -131,7 +150,7 @@ async def serve(cfg: Config) -> None:
     conn = db.connect(cfg.db_path)
     persona = PersonaHolder(cfg.persona_dir)
     persona.load()
-    channel = build_channel(cfg)
+    channel = build_channel(cfg, conn)
     provider = Provider(cfg.llm_base_url, cfg.llm_api_key, cfg.llm_model)
     registry = Registry(result_max_chars=cfg.tool_result_max_chars)
     agent = Agent(
@@ -162,6 +181,7 @@ async def serve(cfg: Config) -> None:
             with receive:
                 await channel.serve(respond, ready)
             if not receive.cancel_called:  # input ended (EOF): finish up and leave
+                turns.closing = True
                 await _drain(agent, turns)
                 tg.cancel_scope.cancel()
     finally:
@@ -170,6 +190,14 @@ async def serve(cfg: Config) -> None:
             await provider.aclose()
         conn.close()
         log.info("gantry stopped")
+
+
+def _boot_failed(exc: BaseException) -> int:
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    log.error("boot failed", extra={"error": str(exc)})
+    print(f"gantry: {exc}", file=sys.stderr)
+    return 1
 
 
 def main(env_file: str | None) -> int:
@@ -185,12 +213,20 @@ def main(env_file: str | None) -> int:
     from gantry.db import DatabaseError
     from gantry.persona import PersonaError
 
+    fatal: tuple[type[Exception], ...] = (BootError, DatabaseError, PersonaError)
+    if cfg.channel == "telegram":
+        from gantry.channel.telegram import BotTokenRejected
+
+        fatal += (BotTokenRejected,)
     try:
         anyio.run(serve, cfg)
-    except (BootError, DatabaseError, PersonaError) as exc:
-        log.error("boot failed", extra={"error": str(exc)})
-        print(f"gantry: {exc}", file=sys.stderr)
-        return 1
+    except BaseExceptionGroup as group:
+        match, _rest = group.split(fatal)
+        if match is None:
+            raise
+        return _boot_failed(match.exceptions[0])
+    except fatal as exc:
+        return _boot_failed(exc)
     except KeyboardInterrupt:  # a second Ctrl-C before handlers were installed
         return 130
     return 0

@@ -13,6 +13,10 @@ from typing import Protocol
 import msgspec
 
 
+class TurnAborted(Exception):
+    """A turn cancelled at shutdown: the channel leaves the message pending, replies nothing."""
+
+
 class Inbound(msgspec.Struct, frozen=True):
     """One user message as the agent sees it."""
 

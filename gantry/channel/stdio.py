@@ -13,7 +13,7 @@ from typing import TextIO
 import anyio
 import anyio.to_thread
 
-from gantry.channel.base import Inbound, Responder
+from gantry.channel.base import Inbound, Responder, TurnAborted
 
 CHAT_ID = "local"
 
@@ -72,12 +72,14 @@ class StdioChannel:
             if not text.strip():
                 continue
             msg = Inbound(channel=self.name, chat_id=CHAT_ID, user_id=self.user, text=text)
-            if self.stream_replies:
-                stream = StdioStream(self.out)
+            stream = StdioStream(self.out) if self.stream_replies else None
+            try:
                 reply = await respond(msg, stream)
+            except TurnAborted:
+                return
+            if stream is not None:
                 await stream.finish(reply)
             else:
-                reply = await respond(msg, None)
                 self.out.write(reply + "\n")
                 self.out.flush()
 

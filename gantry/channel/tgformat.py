@@ -327,12 +327,14 @@ def _choose_cut(
 ) -> int:
     """Pick where the part beginning at `start` ends (exclusive char index, ≤ hi).
 
+    `entities` are those starting before the window's end; ones already closed are ignored.
+
     Preference: paragraph > line > word boundary, at least half full, not inside an
     entity; then any such boundary not inside an entity (moves the cut before e.g. a code
     block); then boundaries that split an entity; then a hard cut at `hi`.
     """
     base = prefix[start]
-    window = [e for e in entities if e.offset < prefix[hi] and e.end > base]
+    window = [e for e in entities if e.end > base]
     candidates = [[m.end() for m in level.finditer(text, start, hi)] for level in _LEVELS]
     for avoid_entities, min_fill in (
         (True, limit // 2),
@@ -389,6 +391,12 @@ def split_message(rendered: Rendered, limit: int = TELEGRAM_LIMIT) -> list[Rende
     entities = sorted(rendered.entities, key=lambda e: e.offset)
     if total <= limit:
         return [Rendered(text, _clip(entities, 0, total))]
+    # Entities are consumed in offset order: `carry` holds those that started in an earlier
+    # part and are still open, `entities[next_i:]` those not started yet. Keeps the split
+    # linear in the number of entities rather than entities × parts.
+    offsets = [e.offset for e in entities]
+    carry: list[Entity] = []
+    next_i = 0
     parts: list[Rendered] = []
     start = 0
     n = len(text)
@@ -397,10 +405,14 @@ def split_message(rendered: Rendered, limit: int = TELEGRAM_LIMIT) -> list[Rende
             end = n
         else:
             hi = bisect_right(prefix, prefix[start] + limit, lo=start) - 1
-            end = _choose_cut(text, prefix, start, hi, entities, limit)
+            upto = bisect_left(offsets, prefix[hi], lo=next_i)
+            end = _choose_cut(text, prefix, start, hi, carry + entities[next_i:upto], limit)
         lo_u, hi_u = prefix[start], prefix[end]
-        parts.append(Rendered(text[start:end], _clip(entities, lo_u, hi_u)))
-        entities = [e for e in entities if e.end > hi_u]
+        upto = bisect_left(offsets, hi_u, lo=next_i)
+        current = carry + entities[next_i:upto]
+        parts.append(Rendered(text[start:end], _clip(current, lo_u, hi_u)))
+        carry = [e for e in current if e.end > hi_u]
+        next_i = upto
         start = end
     return parts
 

@@ -474,8 +474,10 @@ class FakeTelegram:
             for key, value in form.items():
                 if isinstance(value, str):
                     params[key] = _coerce(key, value)
-                else:
+                elif isinstance(value, web.FileField):
                     params[key] = {"filename": value.filename, "size": len(value.file.read())}
+                else:
+                    params[key] = {"size": len(value)}
         return params
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:

