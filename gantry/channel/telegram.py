@@ -107,6 +107,7 @@ class TelegramChannel:
         session = AiohttpSession(api=TelegramAPIServer.from_base(api_url.rstrip("/")))
         self.bot = Bot(token, session=session)
         self._active: set[int] = set()
+        self._edit_at: dict[int, float] = {}  # chat → earliest time the next edit may go
         self._strangers: dict[int, float] = {}
         self._tg: Any = None
         self._respond: Responder | None = None
@@ -340,6 +341,10 @@ class TelegramChannel:
     async def _edit(self, chat: int, message_id: int, text: str, entities: list[Any]) -> None:
         """editMessageText; edits are idempotent, so transient failures are simply retried."""
         for attempt in range(4):
+            wait = self._edit_at.get(chat, 0.0) - anyio.current_time()
+            if wait > 0:
+                await anyio.sleep(wait)
+            self._edit_at[chat] = anyio.current_time() + EDIT_GAP
             try:
                 await self.bot.edit_message_text(
                     text=text, chat_id=chat, message_id=message_id,
@@ -348,7 +353,7 @@ class TelegramChannel:
             except TelegramRetryAfter as exc:
                 if attempt == 3:
                     raise
-                await anyio.sleep(exc.retry_after)
+                self._edit_at[chat] = anyio.current_time() + exc.retry_after
             except (TelegramNetworkError, TelegramServerError):
                 if attempt == 3:
                     raise
@@ -380,7 +385,6 @@ class TelegramStream:
         self.message_ids: list[int] = list(row.stream_msgs)
         self.text = ""  # text of the current (last) message
         self.shown = ""
-        self.next_edit = 0.0
 
     async def write(self, delta: str) -> None:
         self.text += delta
@@ -410,22 +414,27 @@ class TelegramStream:
             return
         self.message_ids.append(mid)
         self.shown = self.text or PLACEHOLDER
-        self.next_edit = anyio.current_time() + EDIT_GAP
+        self.ch._edit_at[self.row.chat_id] = anyio.current_time() + EDIT_GAP
         self.ch.store.set_stream_msgs(self.row.update_id, self.message_ids)
 
     async def _show(self, text: str, force: bool = False) -> None:
-        now = anyio.current_time()
+        """Edit the current message, at most once per EDIT_GAP per chat (forced ones wait)."""
+        chat = self.row.chat_id
         if not self.message_ids or not text.strip() or text == self.shown:
             return
-        if not force and now < self.next_edit:
-            return
-        self.next_edit = now + EDIT_GAP
+        wait = self.ch._edit_at.get(chat, 0.0) - anyio.current_time()
+        if wait > 0:
+            if not force:
+                return
+            await anyio.sleep(wait)
+        now = anyio.current_time()
+        self.ch._edit_at[chat] = now + EDIT_GAP
         try:
-            await self.ch.bot.edit_message_text(text=text, chat_id=self.row.chat_id,
+            await self.ch.bot.edit_message_text(text=text, chat_id=chat,
                                                 message_id=self.message_ids[-1], parse_mode=None)
             self.shown = text
         except TelegramRetryAfter as exc:
-            self.next_edit = now + exc.retry_after
+            self.ch._edit_at[chat] = now + exc.retry_after
         except TelegramBadRequest as exc:
             if _not_modified(exc):
                 self.shown = text

@@ -192,12 +192,10 @@ class Sandbox:
     root: Path  # private copy (mounted read-only inside the namespace)
     data: Path  # host dir bind-mounted writable at /data, owned by 65532
     tmp: Path  # host dir bind-mounted writable+exec at /tmp, mode 1777
-    extra_binds: dict[str, Path] = field(default_factory=dict)  # path in root -> host file (ro)
+    binds: dict[str, Path] = field(default_factory=dict)  # path in root -> host path (ro)
 
     @classmethod
-    def create(
-        cls, workdir: Path, binary: Path, base: Path | None = None, ca_extra: str = ""
-    ) -> Sandbox:
+    def create(cls, workdir: Path, binary: Path, base: Path | None = None) -> Sandbox:
         base = base or ensure_base_rootfs()
         root = workdir / "root"
         shutil.copytree(base, root, symlinks=True)
@@ -205,9 +203,9 @@ class Sandbox:
         dest = root / INSTALL_PATH.lstrip("/")
         shutil.copy2(binary, dest)
         dest.chmod(0o755)
-        if ca_extra:
-            with open(root / CA_BUNDLE.lstrip("/"), "a") as fh:
-                fh.write(ca_extra.rstrip("\n") + "\n")
+        # Mount points a runtime would create for the compose volumes (the root is read-only).
+        for d in ("persona", "etc/gantry", "secrets"):
+            (root / d).mkdir(parents=True, exist_ok=True)
         data = workdir / "data"
         tmp = workdir / "tmp"
         data.mkdir()
@@ -217,12 +215,21 @@ class Sandbox:
         # The binary and the rest of the root belong to root, as in the image.
         return cls(root=root, data=data, tmp=tmp)
 
+    def new_data_dir(self, name: str) -> Path:
+        """A fresh host directory owned by the image user, to mount at /data."""
+        d = self.data.parent / name
+        d.mkdir()
+        os.chown(d, NONROOT_UID, NONROOT_UID)
+        return d
+
     def command(
         self,
         argv: Sequence[str],
         env: Mapping[str, str] | None = None,
         uid: int = NONROOT_UID,
         cwd: str = "/data",
+        binds: Mapping[str, Path] | None = None,
+        data: Path | None = None,
     ) -> list[str]:
         """Host argv that runs ``argv`` inside the sandbox (use with subprocess)."""
         if os.geteuid() != 0:
@@ -235,15 +242,17 @@ class Sandbox:
             f"mount --bind {r} {r}",
             f"mount -o remount,bind,ro {r}",
             f"mount --bind {shlex.quote(str(self.tmp))} {r}/tmp",
-            f"mount --bind {shlex.quote(str(self.data))} {r}/data",
+            f"mount --bind {shlex.quote(str(data or self.data))} {r}/data",
             f"mount -t proc -o nosuid,nodev,noexec proc {r}/proc",
             f"mount -t tmpfs -o nosuid,noexec,mode=755,size=64k tmpfs {r}/dev",
         ]
         for dev in ("null", "zero", "full", "random", "urandom"):
             lines.append(f": > {r}/dev/{dev}; mount --bind /dev/{dev} {r}/dev/{dev}")
         lines.append(f"mount -o remount,ro,bind {r}/dev")
-        for inside, host in self.extra_binds.items():
-            lines.append(f"mount --bind -o ro {shlex.quote(str(host))} {r}{shlex.quote(inside)}")
+        for inside, host in {**self.binds, **(binds or {})}.items():
+            target = f"{r}{shlex.quote(inside)}"
+            lines.append(f"mount --bind {shlex.quote(str(host))} {target}")
+            lines.append(f"mount -o remount,bind,ro {target}")
         # Enter like the runtime does: chroot, WORKDIR, the image's USER, a clean environment.
         lines.append(
             "exec "
@@ -262,9 +271,11 @@ class Sandbox:
         timeout: float = 60,
         input: str | None = None,
         uid: int = NONROOT_UID,
+        binds: Mapping[str, Path] | None = None,
+        data: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            self.command(argv, env=env, uid=uid),
+            self.command(argv, env=env, uid=uid, binds=binds, data=data),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -276,12 +287,14 @@ class Sandbox:
         argv: Sequence[str],
         env: Mapping[str, str] | None = None,
         uid: int = NONROOT_UID,
-    ) -> subprocess.Popen[str]:
+        binds: Mapping[str, Path] | None = None,
+        data: Path | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """Started the way a runtime starts PID 1: the returned pid IS gantry's bootstrap
+        (unshare, sh and the entering python all exec in place), so signals go straight to it."""
         return subprocess.Popen(
-            self.command(argv, env=env, uid=uid),
+            self.command(argv, env=env, uid=uid, binds=binds, data=data),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            text=True,
-            bufsize=1,
         )

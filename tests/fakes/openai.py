@@ -56,6 +56,7 @@ class Reply:
     chunk_size: int = 4
     delay: float = 0.0
     finish_reason: str = "stop"
+    chunk_delay: float = 0.0  # pause between streamed chunks (a slow model)
 
 
 @dataclass(frozen=True)
@@ -426,6 +427,8 @@ class FakeOpenAI:
         if isinstance(script, Reply):
             for piece in _split(script.text, script.chunk_size):
                 await response.write(ctx.chunk({"content": piece}))
+                if script.chunk_delay:
+                    await asyncio.sleep(script.chunk_delay)
             await response.write(ctx.chunk({}, script.finish_reason))
             completion_chars = len(script.text)
         elif isinstance(script, ToolCalls):

@@ -1,0 +1,263 @@
+"""The frozen binary side by side with the source install and the sqlite3 CLI (prints; never fails).
+
+    python bench/binary.py [--runs 25] [--binary dist/gantry]
+
+Measures, in one run on this machine:
+
+* `gantry status` against a fresh heartbeat row: the binary's first run after the extraction
+  dir is cleared (it unpacks the payload), its cached runs, `python -m gantry status`, and the
+  `sqlite3` CLI reading the same row;
+* `gantry version` (binary and source);
+* wall time (perf_counter around each run; median, p90, min) and peak RSS per run (wait4's
+  ru_maxrss: the larger of the onefile bootstrap and the app process, which run together);
+  the bootstrap + app sum is given for the cached binary status by sampling /proc;
+* binary size, payload size, and the clean/incremental build times recorded by
+  build/build.py in build/.work/timings.jsonl;
+* import cost of aiogram, mcp, httpx, apsw from source (fresh interpreter each), and inside
+  the binary when it exposes them (GANTRY_IMPORT_TIMES=1 `gantry version --json`).
+
+Goals (issue 3): status <= 50 ms median and <= 30 MB peak RSS cached; binary <= 60 MB.
+The host runs the binary directly: it carries its own loader and glibc, so the host's libc
+plays no part (tests/binary runs it in a distroless-like root).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMINGS = ROOT / "build" / ".work" / "timings.jsonl"
+HEAVY = ("apsw", "httpx", "mcp", "aiogram")
+
+
+def run_once(argv: Sequence[str], env: dict[str, str]) -> tuple[float, float, int]:
+    """(wall seconds, peak RSS MiB, exit code) of one run."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return wall, usage.ru_maxrss / 1024, proc.returncode
+
+
+def series(argv: Sequence[str], env: dict[str, str], runs: int,
+           before: object = None) -> dict[str, float]:
+    walls, rss, codes = [], [], set()
+    for _ in range(runs):
+        if callable(before):
+            before()
+        w, r, c = run_once(argv, env)
+        walls.append(w)
+        rss.append(r)
+        codes.add(c)
+    walls.sort()
+    return {
+        "median_ms": statistics.median(walls) * 1000,
+        "p90_ms": walls[min(len(walls) - 1, int(len(walls) * 0.9))] * 1000,
+        "min_ms": walls[0] * 1000,
+        "peak_rss_mib": max(rss),
+        "median_rss_mib": statistics.median(rss),
+        "runs": runs,
+        "exit": sorted(codes)[0] if len(codes) == 1 else -1,
+    }
+
+
+def summed_rss(argv: Sequence[str], env: dict[str, str], runs: int = 5) -> float:
+    """Peak of (bootstrap + app) RSS in MiB, sampling /proc of the process tree every 2 ms."""
+    peaks = []
+    for _ in range(runs):
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        peak = 0
+        done = threading.Event()
+
+        def sample(pid: int = proc.pid) -> None:
+            nonlocal peak
+            while not done.is_set():
+                total = 0
+                pids = [pid]
+                try:
+                    kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+                    pids += [int(k) for k in kids]
+                except OSError:
+                    pass
+                for p in pids:
+                    try:
+                        for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                            if line.startswith("VmRSS:"):
+                                total += int(line.split()[1])
+                    except OSError:
+                        pass
+                peak = max(peak, total)
+                time.sleep(0.002)
+
+        t = threading.Thread(target=sample)
+        t.start()
+        proc.wait()
+        done.set()
+        t.join()
+        peaks.append(peak / 1024)
+    return max(peaks)
+
+
+def make_heartbeat(data_dir: Path) -> Path:
+    """A database with a fresh heartbeat row, written by the app's own code (source install)."""
+    sys.path.insert(0, str(ROOT))
+    from gantry import __version__, db, heartbeat
+
+    conn = db.connect(data_dir / "gantry.db")
+    heartbeat.touch(conn, __version__)
+    conn.close()
+    return data_dir / "gantry.db"
+
+
+def import_costs_source(python: str) -> dict[str, float]:
+    out = {}
+    for mod in HEAVY:
+        code = (f"import time;t=time.perf_counter();import {mod};"
+                "print((time.perf_counter()-t)*1000)")
+        vals = sorted(
+            float(subprocess.run([python, "-c", code], capture_output=True, text=True,
+                                 check=True).stdout)
+            for _ in range(5)
+        )
+        out[mod] = vals[2]
+    return out
+
+
+def import_costs_binary(binary: Path, env: dict[str, str]) -> dict[str, float] | None:
+    r = subprocess.run([str(binary), "version", "--json"], capture_output=True, text=True,
+                       env={**env, "GANTRY_IMPORT_TIMES": "1"})
+    try:
+        data = json.loads(r.stdout)
+    except ValueError:
+        return None
+    times = data.get("import_ms")
+    return times if isinstance(times, dict) else None
+
+
+def build_times() -> dict[str, dict[str, object]]:
+    latest: dict[str, dict[str, object]] = {}
+    if TIMINGS.exists():
+        for line in TIMINGS.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            latest[str(rec.get("kind"))] = rec
+    return latest
+
+
+def row(name: str, s: dict[str, float]) -> str:
+    return (f"  {name:<44} {s['median_ms']:8.1f} {s['p90_ms']:8.1f} {s['min_ms']:8.1f}"
+            f" {s['peak_rss_mib']:9.1f}  exit {int(s['exit'])}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--binary", type=Path, default=ROOT / "dist" / "gantry")
+    ap.add_argument("--runs", type=int, default=25)
+    ap.add_argument("--cold-runs", type=int, default=5)
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args(argv)
+    binary: Path = args.binary.resolve()
+    if not binary.exists():
+        print(f"bench/binary.py: {binary} missing; build it first (python build/build.py)")
+        return 0
+    record_path = binary.parent / "gantry-build.json"
+    record = json.loads(record_path.read_text()) if record_path.exists() else {}
+    spec = record.get("tempdir_spec")
+
+    results: dict[str, object] = {}
+    with tempfile.TemporaryDirectory(prefix="gantry-bench-") as d:
+        data = Path(d)
+        db_path = make_heartbeat(data)
+        env = {"PATH": "/usr/bin:/bin", "DATA_DIR": str(data), "HOME": d,
+               "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt"}
+        status_bin = [str(binary), "status"]
+
+        def clear() -> None:
+            if spec:
+                shutil.rmtree(spec, ignore_errors=True)
+
+        # Warm the page cache for the binary file itself so "first run" means "first run
+        # after the extraction dir was cleared", not "first read from disk".
+        subprocess.run(["cat", str(binary)], stdout=subprocess.DEVNULL, check=False)
+        rows = {}
+        rows["binary status, first run (cleared dir)"] = series(
+            status_bin, env, args.cold_runs, before=clear if spec else None)
+        run_once(status_bin, env)  # populate the cache
+        rows["binary status, cached"] = series(status_bin, env, args.runs)
+        rows["python -m gantry status (source)"] = series(
+            [sys.executable, "-m", "gantry", "status"], {**env, "PYTHONPATH": str(ROOT)},
+            args.runs)
+        if shutil.which("sqlite3"):
+            rows["sqlite3 CLI, same row"] = series(
+                ["sqlite3", "-readonly", str(db_path),
+                 "SELECT ts, version, pid FROM heartbeat WHERE id = 1"], env, args.runs)
+        rows["binary version, cached"] = series([str(binary), "version"], env, args.runs)
+        rows["python -m gantry version (source)"] = series(
+            [sys.executable, "-m", "gantry", "version"], {**env, "PYTHONPATH": str(ROOT)},
+            args.runs)
+        bin_dir = Path(spec) if spec else None
+        inner = bin_dir / "gantry.bin" if bin_dir else None
+        if inner and inner.exists():
+            rows["unpacked .bin status (no bootstrap)"] = series(
+                [str(inner), "status"], env, args.runs)
+        summed = summed_rss(status_bin, env)
+        import_bin = import_costs_binary(binary, env)
+
+    import_src = import_costs_source(sys.executable)
+    size = binary.stat().st_size
+    payload = sum(f.stat().st_size for f in Path(spec).rglob("*") if f.is_file()) \
+        if spec and Path(spec).exists() else None
+
+    print(f"gantry binary bench: {binary} ({size / 1e6:.1f} MB), runs={args.runs}, "
+          f"cpus={os.cpu_count()}, load={os.getloadavg()[0]:.2f}")
+    print(f"  {'':<44} {'median':>8} {'p90':>8} {'min':>8} {'peak RSS':>9}")
+    print(f"  {'':<44} {'ms':>8} {'ms':>8} {'ms':>8} {'MiB':>9}")
+    for name, s in rows.items():
+        print(row(name, s))
+    print(f"  binary status cached, bootstrap + app RSS summed (sampled): {summed:.1f} MiB")
+    print(f"  binary size {size / 1e6:.1f} MB; unpacked payload "
+          f"{payload / 1e6:.1f} MB in {spec}" if payload else f"  binary size {size / 1e6:.1f} MB")
+    cached = rows["binary status, cached"]
+    print(f"  goals: status median {cached['median_ms']:.0f} ms (<= 50: "
+          f"{'ok' if cached['median_ms'] <= 50 else 'MISSED'}), peak RSS "
+          f"{cached['peak_rss_mib']:.0f} MiB (<= 30: "
+          f"{'ok' if cached['peak_rss_mib'] <= 30 else 'MISSED'}), size "
+          f"{size / 1e6:.0f} MB (<= 60: {'ok' if size <= 60e6 else 'MISSED'})")
+    print("  import cost, source (median of 5 fresh interpreters, ms): "
+          + ", ".join(f"{k} {v:.0f}" for k, v in import_src.items()))
+    if import_bin:
+        print("  import cost, binary (GANTRY_IMPORT_TIMES, ms): "
+              + ", ".join(f"{k} {float(v):.0f}" for k, v in import_bin.items()))
+    else:
+        print("  import cost, binary: n/a (the app has no GANTRY_IMPORT_TIMES hook yet)")
+    builds = build_times()
+    for kind in ("cold", "warm"):
+        if kind in builds:
+            b = builds[kind]
+            print(f"  build ({kind}): {b['wall_s']} s wall, jobs {b['jobs']}, cpus {b['cpus']}, "
+                  f"ccache {b['ccache']}, {b['finished']}")
+    results = {"rows": rows, "summed_rss_mib": summed, "size_bytes": size,
+               "payload_bytes": payload, "import_ms_source": import_src,
+               "import_ms_binary": import_bin, "builds": builds}
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,383 @@
+"""dist/gantry in a distroless/static-debian12:nonroot look-alike: no libc, no shell, uid 65532,
+read-only root, writable /data and /tmp. What only the frozen, static binary can prove:
+that it starts at all there, embeds its build info, answers through the real agent loop, trusts
+the image's CA bundle, and resolves time zones from the image's tzdata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from tests.binary.conftest import ROOT, TestPKI
+from tests.binary.rootfs import CA_BUNDLE, INSTALL_PATH, Sandbox
+
+pytestmark = [pytest.mark.binary, pytest.mark.slow]
+
+KEY = "sk-binary-smoke"
+WAIT = 90.0  # first start unpacks the payload; the machine may be busy
+STOP_WAIT = 20.0
+
+
+def _run_env(base_url: str, **extra: str) -> dict[str, str]:
+    return {
+        "CHANNEL": "stdio",
+        "LLM_BASE_URL": base_url,
+        "LLM_API_KEY": KEY,
+        "LLM_MODEL": "fake-model",
+        "DATA_DIR": "/data",
+        "PERSONA_DIR": "/persona",
+        "MCP_MANIFEST": "/etc/gantry/mcp.toml",
+        **extra,
+    }
+
+
+@pytest.fixture(scope="module")
+def etc_gantry(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("etc-gantry")
+    shutil.copy(ROOT / "deploy" / "mcp.toml", d / "mcp.toml")
+    d.chmod(0o755)
+    return d
+
+
+@pytest.fixture
+def binds(persona_dir: Path, etc_gantry: Path) -> dict[str, Path]:
+    return {"/persona": persona_dir, "/etc/gantry": etc_gantry}
+
+
+class Running:
+    """A `gantry run` inside the sandbox; the Popen pid is the onefile bootstrap itself."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self._cond = threading.Condition()
+        self._out = ""
+        self._err = ""
+        self._cursor = 0
+        self._open = 2
+        assert proc.stdout is not None and proc.stderr is not None
+        self._threads = [
+            threading.Thread(target=self._drain, args=(proc.stdout, "_out"), daemon=True),
+            threading.Thread(target=self._drain, args=(proc.stderr, "_err"), daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _drain(self, pipe: IO[bytes], attr: str) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        try:
+            while chunk := pipe.read1(65536):  # type: ignore[attr-defined]
+                with self._cond:
+                    setattr(self, attr, getattr(self, attr) + decoder.decode(chunk))
+                    self._cond.notify_all()
+        finally:
+            with self._cond:
+                self._open -= 1
+                self._cond.notify_all()
+
+    @property
+    def stdout(self) -> str:
+        with self._cond:
+            return self._out
+
+    @property
+    def stderr(self) -> str:
+        with self._cond:
+            return self._err
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def expect(self, needle: str, timeout: float = WAIT) -> str:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                at = self._out.find(needle, self._cursor)
+                if at >= 0:
+                    chunk = self._out[self._cursor : at + len(needle)]
+                    self._cursor = at + len(needle)
+                    return chunk
+                left = deadline - time.monotonic()
+                if left <= 0 or (self._open == 0):
+                    break
+                self._cond.wait(min(left, 0.5))
+        pytest.fail(f"no {needle!r} on stdout within {timeout} s\nstdout: {self._out!r}\n"
+                    f"stderr tail:\n{self._err[-3000:]}\nexit: {self.proc.poll()}")
+
+    def wait_stderr(self, needle: str, timeout: float = WAIT) -> None:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while needle not in self._err:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._open == 0:
+                    pytest.fail(f"no {needle!r} on stderr within {timeout} s\n{self._err[-3000:]}")
+                self._cond.wait(min(left, 0.5))
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_WAIT) -> int:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"gantry did not stop within {timeout} s of {sig}\n{self.stderr[-3000:]}")
+        for t in self._threads:
+            t.join(5)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        for t in self._threads:
+            t.join(5)
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
+
+
+@pytest.fixture
+def start(sandbox: Sandbox, binds: dict[str, Path]) -> Iterator[Any]:
+    started: list[Running] = []
+
+    def _start(env: Mapping[str, str], data: Path | None = None,
+               extra_binds: Mapping[str, Path] | None = None) -> Running:
+        proc = sandbox.popen([INSTALL_PATH, "run"], env=env, data=data,
+                             binds={**binds, **(extra_binds or {})})
+        r = Running(proc)
+        started.append(r)
+        return r
+
+    try:
+        yield _start
+    finally:
+        for r in started:
+            r.kill()
+
+
+def _status(sandbox: Sandbox, data: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return sandbox.run([INSTALL_PATH, "status"], env={"DATA_DIR": "/data"}, data=data, timeout=60)
+
+
+def _wait_healthy(sandbox: Sandbox, data: Path, run: Running, timeout: float = WAIT) -> str:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = _status(sandbox, data)
+        if last.returncode == 0:
+            return last.stdout
+        if run.proc.poll() is not None:
+            break
+        time.sleep(0.5)
+    pytest.fail(f"gantry status never exited 0: {last}\nrun stderr:\n{run.stderr[-3000:]}")
+
+
+# ----------------------------------------------------------------------------- the file itself
+
+
+def test_binary_is_statically_linked(binary: Path) -> None:
+    if shutil.which("file") is None or shutil.which("ldd") is None:
+        pytest.skip("needs `file` and `ldd` on the host (apt-get install file libc-bin)")
+    described = subprocess.run(["file", "-b", str(binary)], capture_output=True, text=True)
+    assert "statically linked" in described.stdout, described.stdout
+    ldd = subprocess.run(["ldd", str(binary)], capture_output=True, text=True)
+    assert "not a dynamic executable" in (ldd.stdout + ldd.stderr), ldd
+
+
+def test_rootfs_is_distroless_like(sandbox: Sandbox) -> None:
+    root = sandbox.root
+    assert (root / CA_BUNDLE.lstrip("/")).stat().st_size > 100_000
+    assert (root / "usr/share/zoneinfo/America/Los_Angeles").is_file()
+    assert (root / "etc/services").is_file()  # netbase
+    assert "nonroot:x:65532:65532:" in (root / "etc/passwd").read_text()
+    assert (root / "tmp").stat().st_mode & 0o7777 == 0o1777
+    for absent in ("bin/sh", "usr/bin/sh", "lib64", "usr/lib/x86_64-linux-gnu/libc.so.6",
+                   "usr/bin/python3"):
+        assert not (root / absent).exists(), absent
+    elfs = [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()
+            and p.read_bytes()[:4] == b"\x7fELF"]
+    assert elfs == [root / INSTALL_PATH.lstrip("/")]
+
+
+# ----------------------------------------------------------------------------- version, status
+
+
+def test_version_shows_embedded_build_info(
+    sandbox: Sandbox, build_record: dict[str, str]
+) -> None:
+    r = sandbox.run([INSTALL_PATH, "version"], timeout=120)
+    assert r.returncode == 0, r
+    assert r.stdout.startswith(f"gantry {build_record['version']}\n"), r.stdout
+    fields = dict(line.split(None, 1) for line in r.stdout.splitlines()[1:])
+    assert fields["commit"] == build_record["commit"]
+    assert fields["build_date"] == build_record["build_date"]
+    assert fields["frozen"] == "yes"
+    assert r.stderr == ""
+
+
+def test_status_fails_before_the_daemon_ran(sandbox: Sandbox) -> None:
+    data = sandbox.new_data_dir("data-never-ran")
+    r = _status(sandbox, data)
+    assert r.returncode == 1, r
+    assert "unhealthy" in r.stdout and "no database" in r.stdout
+
+
+def test_bad_cron_tz_fails_boot_clearly(sandbox: Sandbox, start: Any) -> None:
+    run = start(_run_env("http://127.0.0.1:9/v1", CRON_TZ="Mars/Olympus"),
+                data=sandbox.new_data_dir("data-bad-tz"))
+    assert run.stop(timeout=WAIT) == 1
+    assert "CRON_TZ 'Mars/Olympus' is not a known IANA time zone" in run.stderr
+
+
+def test_time_zones_come_from_the_image_tzdata(
+    sandbox: Sandbox, start: Any, tmp_path: Path
+) -> None:
+    """With the image's /usr/share/zoneinfo hidden, a valid zone no longer resolves: the
+    binary carries no tz database of its own (the `tzdata` wheel is kept out)."""
+    empty = tmp_path / "no-zoneinfo"
+    empty.mkdir()
+    run = start(_run_env("http://127.0.0.1:9/v1", CRON_TZ="America/Los_Angeles"),
+                data=sandbox.new_data_dir("data-no-tzdata"),
+                extra_binds={"/usr/share/zoneinfo": empty})
+    assert run.stop(timeout=WAIT) == 1
+    assert "CRON_TZ 'America/Los_Angeles' is not a known IANA time zone" in run.stderr
+
+
+# ----------------------------------------------------------------------------- gantry run
+
+
+def test_run_answers_over_stdio_and_is_healthy(
+    sandbox: Sandbox, start: Any, fake_openai: Any
+) -> None:
+    data = sandbox.new_data_dir("data-run")
+    assert _status(sandbox, data).returncode == 1
+    run = start(_run_env(fake_openai.base_url, CRON_TZ="America/Los_Angeles"), data=data)
+    run.send("hello from distroless")
+    run.expect("echo: hello from distroless\n")
+    healthy = _wait_healthy(sandbox, data, run)
+    assert healthy.startswith("healthy:"), healthy
+    assert fake_openai.last_request.headers.get("Authorization") == f"Bearer {KEY}"
+
+    # SIGTERM to the bootstrap (what `docker stop` sends to PID 1) reaches the app as SIGINT
+    # and the app shuts down cleanly: exit 0, its own "stopped" log line, no traceback.
+    assert run.stop(signal.SIGTERM) == 0, run.stderr[-3000:]
+    assert "gantry stopped" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert run.stdout == "echo: hello from distroless\n"
+    assert KEY not in run.stderr
+
+
+# ----------------------------------------------------------------------------- TLS
+
+
+class TLSProxy:
+    """TLS on 127.0.0.1 in front of the fake (plain HTTP) server, with the test CA's cert."""
+
+    def __init__(self, pki: TestPKI, upstream_port: int) -> None:
+        self.ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.ctx.load_cert_chain(pki.cert_file, pki.key_file)
+        self.upstream_port = upstream_port
+        self.loop = asyncio.new_event_loop()
+        self.port = 0
+        self.handshake_errors: list[str] = []
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            server = self.loop.run_until_complete(
+                asyncio.start_server(self._client, "127.0.0.1", 0, ssl=self.ctx)
+            )
+            self.port = server.sockets[0].getsockname()[1]
+            self.loop.set_exception_handler(
+                lambda _l, c: self.handshake_errors.append(str(c.get("exception")))
+            )
+            ready.set()
+            self.loop.run_forever()
+            server.close()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        assert ready.wait(10)
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        except OSError:
+            writer.close()
+            return
+
+        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            try:
+                while data := await r.read(65536):
+                    w.write(data)
+                    await w.drain()
+            except (OSError, ssl.SSLError):
+                pass
+            finally:
+                w.close()
+
+        await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer))
+
+    @property
+    def base_url(self) -> str:
+        return f"https://127.0.0.1:{self.port}/v1"
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def tls_proxy(pki: TestPKI, fake_openai: Any) -> Iterator[TLSProxy]:
+    port = int(fake_openai.base_url.rsplit(":", 1)[1].split("/", 1)[0])
+    proxy = TLSProxy(pki, port)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
+@pytest.fixture
+def bundle_with_test_ca(sandbox: Sandbox, pki: TestPKI, tmp_path: Path) -> Path:
+    bundle = tmp_path / "ca-certificates.crt"
+    image_bundle = (sandbox.root / CA_BUNDLE.lstrip("/")).read_text()
+    bundle.write_text(image_bundle + pki.ca_pem)
+    bundle.chmod(0o644)
+    return bundle
+
+
+def test_https_verifies_against_the_image_ca_bundle(
+    sandbox: Sandbox, start: Any, tls_proxy: TLSProxy, bundle_with_test_ca: Path
+) -> None:
+    """The model is reached over TLS only because the image's bundle (SSL_CERT_FILE, as set
+    by distroless) holds the test CA: the binary's own certifi copy does not."""
+    run = start(_run_env(tls_proxy.base_url), data=sandbox.new_data_dir("data-tls"),
+                extra_binds={CA_BUNDLE: bundle_with_test_ca})
+    run.send("over tls")
+    run.expect("echo: over tls\n")
+    assert run.stop() == 0
+
+
+def test_https_fails_clearly_when_the_ca_is_not_in_the_bundle(
+    sandbox: Sandbox, start: Any, tls_proxy: TLSProxy
+) -> None:
+    run = start(_run_env(tls_proxy.base_url), data=sandbox.new_data_dir("data-tls-bad"))
+    run.send("over tls")
+    reply = run.expect("\n")
+    assert "echo:" not in reply
+    assert "Sorry" in reply, reply
+    run.wait_stderr("CERTIFICATE_VERIFY_FAILED")
+    assert run.stop() == 0

@@ -1,0 +1,263 @@
+"""`gantry run` with CHANNEL=telegram as a subprocess, against the fake Bot API and model.
+
+aiogram talks to the fake Bot API over real loopback HTTP; nothing is mocked inside gantry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gantry.channel.tgformat import utf16_len
+from tests.fakes.openai import Echo, FakeOpenAI, Reply
+from tests.fakes.telegram import FakeTelegram
+
+pytestmark = pytest.mark.slow
+
+TOKEN = "123456789:AAE_fake-token-for-tests-only_xyz"
+USER = 4242
+STRANGER = 666
+
+
+def wait(cond: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Gantry:
+    """One `gantry run` subprocess; stopped by PID in `stop()`."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.proc: subprocess.Popen[str] | None = None
+        self.stderr = ""
+
+    def start(self) -> Gantry:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gantry", "run"], env=self.env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            _, err = self.proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        self.stderr += err
+        return self.proc.returncode
+
+
+@pytest.fixture
+def fakes() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
+    tg, llm = FakeTelegram(token=TOKEN), FakeOpenAI()
+    tg.start_in_thread()
+    llm.start_in_thread()
+    try:
+        yield tg, llm
+    finally:
+        tg.stop()
+        llm.stop()
+
+
+@pytest.fixture
+def run(
+    fakes: tuple[FakeTelegram, FakeOpenAI], tmp_path: Path
+) -> Iterator[Callable[..., Gantry]]:
+    tg, llm = fakes
+    started: list[Gantry] = []
+    (tmp_path / "persona").mkdir()
+    (tmp_path / "persona" / "PERSONA.md").write_text("You are a test bot.")
+
+    def start(**extra: str) -> Gantry:
+        env = {
+            "PATH": os.environ["PATH"], "CHANNEL": "telegram",
+            "TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_ALLOWED_USERS": str(USER),
+            "TELEGRAM_API_URL": tg.base_url, "LLM_BASE_URL": llm.base_url,
+            "LLM_API_KEY": "sk-e2e-secret-key", "LLM_MODEL": "fake-model",
+            "DATA_DIR": str(tmp_path / "data"), "PERSONA_DIR": str(tmp_path / "persona"),
+            "LOG_LEVEL": "debug", **extra,
+        }
+        g = Gantry(env).start()
+        started.append(g)
+        return g
+
+    try:
+        yield start
+    finally:
+        for g in started:
+            g.stop(signal.SIGKILL)
+
+
+def no_secrets(g: Gantry) -> None:
+    assert TOKEN not in g.stderr and TOKEN.split(":")[1] not in g.stderr
+    assert "sk-e2e-secret-key" not in g.stderr
+    for line in g.stderr.splitlines():
+        json.loads(line)  # every log line is JSON
+    assert "Traceback" not in g.stderr
+
+
+def test_conversation_commands_and_startup(fakes: tuple[FakeTelegram, FakeOpenAI], run) -> None:  # type: ignore[no-untyped-def]
+    tg, llm = fakes
+    g = run()
+    tg.push_text(USER, "hello")
+    assert tg.wait_sent_sync(USER, 1, timeout=30) == ["echo: hello"]
+    assert tg.calls("deleteWebhook") and tg.calls("getMe")
+    commands = tg.calls("setMyCommands")[0].params["commands"]
+    assert [c["command"] for c in commands] == ["new", "status", "help"]
+    assert tg.calls("getUpdates")[-1].params.get("allowed_updates") == ["message"]
+    assert tg.calls("sendChatAction")[0].params["action"] == "typing"
+    tg.push_text(USER, "/status")
+    status = tg.wait_sent_sync(USER, 2)[1]
+    assert "history: 2 messages" in status and "(est.)" in status
+    tg.push_text(USER, "/new")
+    tg.push_text(USER, "again")
+    texts = tg.wait_sent_sync(USER, 4)
+    assert texts[2].startswith("Started a new conversation") and texts[3] == "echo: again"
+    assert [m["role"] for m in llm.last_request.messages] == ["system", "user"]
+    assert g.stop() == 0
+    no_secrets(g)
+
+
+def test_allowlist_stranger_costs_nothing(fakes: tuple[FakeTelegram, FakeOpenAI], run) -> None:  # type: ignore[no-untyped-def]
+    tg, llm = fakes
+    g = run()
+    for _ in range(3):
+        tg.push_text(STRANGER, "let me in")
+    tg.push_text(USER, "hi")
+    tg.wait_sent_sync(USER, 1, timeout=30)
+    assert tg.sent(STRANGER) == [] and not [c for c in tg.calls("sendChatAction")
+                                           if c.params["chat_id"] == STRANGER]
+    assert len(llm.requests) == 1 and llm.last_request.last_user_text == "hi"
+    g.stop()
+    assert g.stderr.count("not in TELEGRAM_ALLOWED_USERS") == 1  # logged once per hour
+    assert "let me in" not in g.stderr
+
+
+def test_long_reply_is_split(fakes: tuple[FakeTelegram, FakeOpenAI], run) -> None:  # type: ignore[no-untyped-def]
+    tg, llm = fakes
+    paragraphs = [f"Paragraph {i}: " + "word " * 180 for i in range(10)]
+    text = "\n\n".join(p.strip() for p in paragraphs)
+    assert len(text) > 9_000
+    llm.push(Reply(text))
+    g = run()
+    tg.push_text(USER, "long please")
+    parts = tg.wait_sent_sync(USER, 3, timeout=30)
+    time.sleep(0.5)
+    parts = tg.sent_texts(USER)
+    assert len(parts) == 3
+    assert all(utf16_len(p) <= 4096 for p in parts)
+    assert "".join(parts).replace("\n", "").replace(" ", "") == text.replace("\n", "").replace(" ", "")
+    g.stop()
+
+
+def test_non_text_update_gets_short_reply(fakes: tuple[FakeTelegram, FakeOpenAI], run) -> None:  # type: ignore[no-untyped-def]
+    tg, llm = fakes
+    g = run()
+    tg.push_update({"message": tg.message(USER, photo=[{"file_id": "x", "file_unique_id": "y",
+                                                         "width": 1, "height": 1}])})
+    tg.push_text(USER, "and text")
+    texts = tg.wait_sent_sync(USER, 2, timeout=30)
+    assert texts == ["I can only read text messages for now.", "echo: and text"]
+    assert len(llm.requests) == 1
+    g.stop()
+
+
+def test_streaming_throttled_edits_with_429(fakes: tuple[FakeTelegram, FakeOpenAI], run) -> None:  # type: ignore[no-untyped-def]
+    tg, llm = fakes
+    reply = "Streaming " + " ".join(f"token{i}" for i in range(60))
+    llm.push(Reply(reply, chunk_size=8, chunk_delay=0.08))
+    tg.fail("editMessageText", "retry_after", retry_after=1)
+    g = run(STREAM_REPLIES="true")
+    tg.push_text(USER, "stream it")
+    wait(lambda: tg.current_texts(USER) == [reply], 40, "final streamed text")
+    sent = tg.sent(USER)
+    assert len(sent) == 1  # one message, edited in place; no duplicate send
+    edits = [c for c in tg.calls("editMessageText") if c.status == 200]
+    assert len(edits) >= 2
+    times = [c.at for c in edits]
+    assert all(b - a >= 0.9 for a, b in zip(times, times[1:], strict=False)), times
+    assert any(c.fault == "retry_after" for c in tg.calls("editMessageText"))
+    g.stop()
+    no_secrets(g)
+
+
+def test_kill_during_turn_then_restart_answers_once(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run
+) -> None:
+    tg, llm = fakes
+    llm.default = Echo(delay=30)  # the first run never finishes its turn
+    g = run()
+    tg.push_text(USER, "important")
+    wait(lambda: llm.requests, 30, "the model request")
+    wait(lambda: tg.confirmed_offset == 0 or tg.pending_updates == 0, 5)
+    g.stop(signal.SIGKILL)
+    assert tg.sent(USER) == []
+    llm.default = Echo()
+    g2 = run()
+    assert tg.wait_sent_sync(USER, 1, timeout=30) == ["echo: important"]
+    time.sleep(2)
+    assert tg.sent_texts(USER) == ["echo: important"]
+    # the retried turn did not record the user's message twice
+    tg.push_text(USER, "next")
+    tg.wait_sent_sync(USER, 2, timeout=30)
+    roles = [m["role"] for m in llm.last_request.messages]
+    assert roles == ["system", "user", "assistant", "user"]
+    g2.stop()
+
+
+def test_restart_after_completed_turn_sends_nothing(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run
+) -> None:
+    tg, llm = fakes
+    g = run()
+    tg.push_text(USER, "once")
+    tg.wait_sent_sync(USER, 1, timeout=30)
+    g.stop(signal.SIGKILL)
+    g2 = run()
+    wait(lambda: len(tg.calls("getUpdates")) >= 3, 20, "the restarted poller")
+    time.sleep(1.0)
+    assert tg.sent_texts(USER) == ["echo: once"]
+    assert len(llm.requests) == 1
+    g2.stop()
+
+
+def test_conflict_and_server_errors_keep_polling(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run
+) -> None:
+    tg, _ = fakes
+    tg.fail("getUpdates", "conflict")
+    tg.fail("getUpdates", "server_error")
+    g = run()
+    tg.push_text(USER, "still there?")
+    assert tg.wait_sent_sync(USER, 1, timeout=40) == ["echo: still there?"]
+    g.stop()
+    assert "409 Conflict" in g.stderr
+    no_secrets(g)
+
+
+def test_bad_token_fails_boot(fakes: tuple[FakeTelegram, FakeOpenAI], run) -> None:  # type: ignore[no-untyped-def]
+    g = run(TELEGRAM_BOT_TOKEN="999:wrong-token")
+    assert g.proc is not None
+    g.proc.wait(timeout=30)
+    g.stop()
+    assert g.proc.returncode == 1
+    assert "TELEGRAM_BOT_TOKEN" in g.stderr and "wrong-token" not in g.stderr
