@@ -118,6 +118,7 @@ class TelegramChannel:
         self._respond = respond
         try:
             await self._start()
+            self.store.prune()
             ready()
             async with anyio.create_task_group() as tg:
                 self._tg = tg
