@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -45,7 +46,8 @@ def test_field_names_are_the_spec_variables() -> None:
     names = {config.env_name(f.name) for f in msgspec.structs.fields(Config)}
     assert names == {
         "LLM_BASE_URL", "LLM_API_KEY", "LLM_MODEL", "TELEGRAM_BOT_TOKEN",
-        "TELEGRAM_ALLOWED_USERS", "TELEGRAM_API_URL", "CHANNEL", "PERSONA_DIR", "DATA_DIR", "MCP_MANIFEST",
+        "TELEGRAM_ALLOWED_USERS", "TELEGRAM_API_URL", "CHANNEL", "PERSONA_DIR", "DATA_DIR",
+        "MCP_MANIFEST",
         "HISTORY_MAX_MESSAGES", "HISTORY_MAX_TOKENS", "TOOL_RESULT_MAX_CHARS",
         "TOOL_MAX_ITERATIONS", "MEMORY_ENABLED", "MEMORY_BACKEND",
         "MEMORY_CONSOLIDATE_MINUTES", "CRON_ENABLED", "CRON_TZ", "CRON_MAX_JOBS",
@@ -91,7 +93,7 @@ def test_empty_optional_falls_back_to_default() -> None:
     assert config.load({**BASE, "HISTORY_MAX_MESSAGES": ""}).history_max_messages == 200
 
 
-def test_env_file(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_env_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     f = tmp_path / "gantry.env"
     f.write_text("# comment\nexport LLM_MODEL='from-file'\nLLM_API_KEY=\"k-file-123456\"\n\n")
     monkeypatch.setenv("LLM_MODEL", "from-env")

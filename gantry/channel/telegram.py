@@ -8,6 +8,7 @@ concurrently. The delivery bookkeeping is described in docs/telegram.md.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -176,7 +177,8 @@ class TelegramChannel:
                 await anyio.sleep(delay)
                 continue
             except TelegramRetryAfter as exc:
-                log.warning("telegram rate limit on getUpdates", extra={"retry_in_s": exc.retry_after})
+                log.warning("telegram rate limit on getUpdates",
+                            extra={"retry_in_s": exc.retry_after})
                 await anyio.sleep(exc.retry_after)
                 continue
             except TelegramUnauthorizedError:
@@ -361,10 +363,8 @@ class TelegramChannel:
                 await anyio.sleep(0.5 * 2**attempt)
 
     async def _quiet_delete(self, chat: int, message_id: int) -> None:
-        try:
+        with contextlib.suppress(TelegramAPIError):
             await self.bot.delete_message(chat_id=chat, message_id=message_id)
-        except TelegramAPIError:
-            pass
 
     # ------------------------------------------------------------------ push (cron)
 
