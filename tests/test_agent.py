@@ -24,10 +24,15 @@ def msg(text: str, chat: str = "1") -> Inbound:
     return Inbound(channel="test", chat_id=chat, user_id="u", text=text)
 
 
+_providers: list[Provider] = []
+
+
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeOpenAI]:
     async with FakeOpenAI() as f:
         yield f
+        while _providers:
+            await _providers.pop().aclose()
 
 
 def make_agent(fake: FakeOpenAI, tmp_path: Path, **kw: Any) -> Agent:
@@ -36,6 +41,7 @@ def make_agent(fake: FakeOpenAI, tmp_path: Path, **kw: Any) -> Agent:
 
     provider = Provider(fake.base_url, "sk-test-123456", "fake-model",
                         retry=RetryPolicy(max_attempts=2, deadline=5), sleep=no_sleep)
+    _providers.append(provider)
     registry = Registry(result_max_chars=kw.pop("result_max_chars", 16_000))
 
     async def add(args: dict[str, Any]) -> str:

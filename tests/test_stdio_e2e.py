@@ -524,16 +524,22 @@ def test_sigterm_drain_is_bounded_when_the_model_hangs(
     assert g.wait_exit(DRAIN_SECONDS + 5) == 0
     took = time.monotonic() - sent
     assert DRAIN_SECONDS - 0.5 < took < DRAIN_SECONDS + 3, took
-    # The cancelled turn still gets an answer, so the user knows to send it again.
-    assert g.stdout.startswith("Sorry — gantry is shutting down"), g.stdout
+    # A turn cut at the deadline is aborted: no half answer, no apology on stdout.
+    assert g.stdout == ""
     messages = [r["message"] for r in g.logs()]
     assert "drain timed out; cancelling the in-flight turn" in messages
     assert messages[-1] == "gantry stopped"
     g.assert_clean()
 
+    # The message was recorded before the model call; sending it again after a restart
+    # must not put it in the history twice.
+    again = spawn()
+    again.ask("hang", "echo: hang")
+    assert roles(fake.last_request.messages) == [SYSTEM, ("user", "hang")]
+    again.assert_clean()
+
 
 @pytest.mark.xfail(
-    strict=True,
     reason="bug: stdin readline runs in a non-daemon anyio worker thread; after SIGTERM "
     "while idle the interpreter waits for it at exit until stdin reaches EOF",
 )
@@ -542,6 +548,7 @@ def test_sigterm_while_idle_exits_with_stdin_open(
 ) -> None:
     g = spawn()
     g.ask("hi", "echo: hi")
+    time.sleep(0.5)  # let the channel get back to its blocking stdin read
     os.kill(g.proc.pid, signal.SIGTERM)
     try:
         code = g.proc.wait(5)

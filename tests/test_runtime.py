@@ -1,0 +1,95 @@
+"""`gantry run` process behaviour: SIGHUP persona reload, fail-fast boot problems."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.openai import FakeOpenAI
+
+pytestmark = pytest.mark.slow
+
+
+def _env(tmp_path: Path, base_url: str, **extra: str) -> dict[str, str]:
+    return {
+        "PATH": os.environ["PATH"], "CHANNEL": "stdio", "LLM_BASE_URL": base_url,
+        "LLM_API_KEY": "sk-runtime-test-key", "LLM_MODEL": "m", "DATA_DIR": str(tmp_path / "d"),
+        "PERSONA_DIR": str(tmp_path / "p"), **extra,
+    }
+
+
+def _wait(cond, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.05)
+
+
+def test_sighup_reloads_persona(tmp_path: Path) -> None:
+    (tmp_path / "p").mkdir()
+    persona = tmp_path / "p" / "PERSONA.md"
+    persona.write_text("You are version one.")
+    with FakeOpenAI() as fake:
+        url = fake.base_url
+        proc = subprocess.Popen([sys.executable, "-m", "gantry", "run"], env=_env(tmp_path, url),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write("first\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline() == "echo: first\n"
+            persona.write_text("You are version two.")
+            proc.send_signal(signal.SIGHUP)
+            time.sleep(0.5)
+            (tmp_path / "p" / "USER.md").write_bytes(b"\xff\xfe broken")
+            proc.send_signal(signal.SIGHUP)  # a bad reload keeps the last good persona
+            time.sleep(0.5)
+            proc.stdin.write("second\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline() == "echo: second\n"
+            proc.stdin.close()
+            proc.wait(timeout=20)
+            assert proc.stderr is not None
+            err = proc.stderr.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        systems = [r.messages[0]["content"] for r in fake.requests]
+        assert systems == ["You are version one.", "You are version two."]
+        assert proc.returncode == 0
+        assert "persona reload failed" in err and "USER.md" in err
+
+
+@pytest.mark.parametrize(
+    ("setup", "needle"),
+    [
+        ("bad_persona", "not valid UTF-8"),
+        ("unwritable_data", "DATA_DIR"),
+        ("newer_db", "newer than this gantry"),
+    ],
+)
+def test_boot_problems_exit_1_with_one_message(tmp_path: Path, setup: str, needle: str) -> None:
+    (tmp_path / "p").mkdir()
+    env = _env(tmp_path, "http://127.0.0.1:9/v1")
+    if setup == "bad_persona":
+        (tmp_path / "p" / "PERSONA.md").write_bytes(b"caf\xe9")
+    elif setup == "unwritable_data":
+        env["DATA_DIR"] = "/proc/gantry-cannot-create"
+    else:
+        import apsw
+
+        (tmp_path / "d").mkdir()
+        apsw.Connection(str(tmp_path / "d" / "gantry.db")).execute("PRAGMA user_version = 999")
+    proc = subprocess.run([sys.executable, "-m", "gantry", "run"], env=env, input="",
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert needle in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stdout == ""
