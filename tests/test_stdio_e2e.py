@@ -258,6 +258,7 @@ def roles(request_messages: list[dict[str, Any]]) -> list[tuple[str, str | None]
 
 
 def wait_requests(fake: FakeOpenAI, n: int, timeout: float = WAIT) -> None:
+    """Block until the model has seen `n` requests: the only proof a turn is in flight."""
     deadline = time.monotonic() + timeout
     while len(fake.requests) < n:
         if time.monotonic() > deadline:
@@ -539,10 +540,6 @@ def test_sigterm_drain_is_bounded_when_the_model_hangs(
     again.assert_clean()
 
 
-@pytest.mark.xfail(
-    reason="bug: stdin readline runs in a non-daemon anyio worker thread; after SIGTERM "
-    "while idle the interpreter waits for it at exit until stdin reaches EOF",
-)
 def test_sigterm_while_idle_exits_with_stdin_open(
     spawn: Callable[..., Gantry], fake: FakeOpenAI
 ) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
 
 from gantry.channel.tgformat import utf16_len
@@ -106,6 +107,15 @@ def run(
     finally:
         for g in started:
             g.stop(signal.SIGKILL)
+
+
+def answered(data_dir: str) -> int:
+    conn = apsw.Connection(f"{data_dir}/gantry.db", flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        row = conn.execute("SELECT count(*) FROM telegram_update WHERE state = 'answered'")
+        return int(row.fetchone()[0])  # type: ignore[index]
+    finally:
+        conn.close()
 
 
 def no_secrets(g: Gantry) -> None:
@@ -235,6 +245,9 @@ def test_restart_after_completed_turn_sends_nothing(  # type: ignore[no-untyped-
     g = run()
     tg.push_text(USER, "once")
     tg.wait_sent_sync(USER, 1, timeout=30)
+    # "completed" = recorded as answered; a kill between Telegram accepting the send and
+    # that commit is the documented window (docs/telegram.md) where a resend is possible.
+    wait(lambda: answered(g.env["DATA_DIR"]) == 1, 10, "the answered record")
     g.stop(signal.SIGKILL)
     g2 = run()
     wait(lambda: len(tg.calls("getUpdates")) >= 3, 20, "the restarted poller")

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import TextIO
 
 import anyio
-import anyio.to_thread
+import anyio.from_thread
+import anyio.lowlevel
 
 from gantry.channel.base import Inbound, Responder, TurnAborted
 
@@ -60,28 +62,45 @@ class StdioChannel:
         self.user = os.environ.get("USER", "local")
 
     async def serve(self, respond: Responder, ready: Callable[[], None]) -> None:
-        ready()
-        while True:
-            if self.interactive:
-                self.out.write("> ")
-                self.out.flush()
-            line = await anyio.to_thread.run_sync(self.inp.readline, abandon_on_cancel=True)
-            if line == "":
-                return  # EOF: a clean exit
-            text = line.rstrip("\r\n")
-            if not text.strip():
-                continue
-            msg = Inbound(channel=self.name, chat_id=CHAT_ID, user_id=self.user, text=text)
-            stream = StdioStream(self.out) if self.stream_replies else None
+        send, receive = anyio.create_memory_object_stream[str](1)
+        token = anyio.lowlevel.current_token()
+
+        def read_lines() -> None:
+            # A daemon thread: a blocked readline must never keep the process alive at exit.
             try:
-                reply = await respond(msg, stream)
-            except TurnAborted:
-                return
-            if stream is not None:
-                await stream.finish(reply)
-            else:
-                self.out.write(reply + "\n")
-                self.out.flush()
+                for line in iter(self.inp.readline, ""):
+                    anyio.from_thread.run(send.send, line, token=token)
+                anyio.from_thread.run_sync(send.close, token=token)
+            except (RuntimeError, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                return  # the event loop is gone or stopped listening: shutting down
+
+        threading.Thread(target=read_lines, name="stdin", daemon=True).start()
+        ready()
+        with receive:
+            while True:
+                if self.interactive:
+                    self.out.write("> ")
+                    self.out.flush()
+                try:
+                    line = await receive.receive()
+                except anyio.EndOfStream:
+                    return  # EOF: a clean exit
+                text = line.rstrip("\r\n")
+                if text.strip():
+                    await self._one(respond, text)
+
+    async def _one(self, respond: Responder, text: str) -> None:
+        msg = Inbound(channel=self.name, chat_id=CHAT_ID, user_id=self.user, text=text)
+        stream = StdioStream(self.out) if self.stream_replies else None
+        try:
+            reply = await respond(msg, stream)
+        except TurnAborted:
+            return
+        if stream is not None:
+            await stream.finish(reply)
+        else:
+            self.out.write(reply + "\n")
+            self.out.flush()
 
     async def push(self, chat_id: str, text: str) -> None:
         self.out.write(text + "\n")
