@@ -230,9 +230,12 @@ class Agent:
         """
         from gantry.provider import ProviderError
 
-        ids, history = self.sessions.load(session_id)
         old = self.sessions.summary(session_id)
         overhead = est_tokens(len(system_text(self.persona(), "", old)))
+        count, chars = self.sessions.stats(session_id)
+        if count <= self.max_messages and est_tokens(chars) + overhead <= self.max_tokens:
+            return  # cheap check first: raw size under the caps means nothing to fold
+        ids, history = self.sessions.load(session_id)
         if len(history) <= self.max_messages and (
             history_tokens(collapse_tool_results(history)) + overhead <= self.max_tokens
         ):
