@@ -8,8 +8,8 @@ Measures, in one run on this machine:
   dir is cleared (it unpacks the payload), its cached runs, `python -m gantry status`, and the
   `sqlite3` CLI reading the same row;
 * `gantry version` (binary and source);
-* wall time (perf_counter around each run; median, p90, min) and peak RSS per run (wait4's
-  ru_maxrss: the larger of the onefile bootstrap and the app process, which run together);
+* wall time (perf_counter around each run; median, p90, min) and peak RSS (/usr/bin/time %M
+  over 5 extra runs: the larger of the onefile bootstrap and the app process);
   the bootstrap + app sum is given for the cached binary status by sampling /proc;
 * binary size, payload size, and the clean/incremental build times recorded by
   build/build.py in build/.work/timings.jsonl;
@@ -41,26 +41,46 @@ TIMINGS = ROOT / "build" / ".work" / "timings.jsonl"
 HEAVY = ("apsw", "httpx", "mcp", "aiogram")
 
 
-def run_once(argv: Sequence[str], env: dict[str, str]) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS MiB, exit code) of one run."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return wall, usage.ru_maxrss / 1024, proc.returncode
+def run_once(
+    argv: Sequence[str], env: dict[str, str], measure_rss: bool = False
+) -> tuple[float, float, int]:
+    """(wall seconds, peak RSS MiB, exit code) of one run.
+
+    RSS comes from /usr/bin/time (%M) when available: Linux carries the forking parent's RSS
+    high-water mark across exec, so wait4() on a child of this (big) Python process would
+    report at least our own RSS for tiny programs. time(1) forks from a ~2 MB process.
+    The peak is that of the largest single process (bootstrap or app), not their sum.
+    """
+    timer = measure_rss and Path("/usr/bin/time").exists()
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss_file:
+        cmd = ["/usr/bin/time", "-f", "%M", "-o", rss_file.name, *argv] if timer else list(argv)
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if timer:
+            lines = [ln for ln in rss_file.read().splitlines() if ln.strip().isdigit()]
+            rss_kib = int(lines[-1]) if lines else usage.ru_maxrss
+        else:
+            rss_kib = usage.ru_maxrss
+    return wall, rss_kib / 1024, proc.returncode
 
 
 def series(argv: Sequence[str], env: dict[str, str], runs: int,
            before: object = None) -> dict[str, float]:
     walls, rss, codes = [], [], set()
-    for _ in range(runs):
+    for i in range(runs):
         if callable(before):
             before()
-        w, r, c = run_once(argv, env)
+        w, _r, c = run_once(argv, env)  # wall clock without time(1) in the way
         walls.append(w)
-        rss.append(r)
         codes.add(c)
+        if i < 5:  # peak RSS through time(1), a few runs are enough
+            if callable(before):
+                before()
+            rss.append(run_once(argv, env, measure_rss=True)[1])
     walls.sort()
     return {
         "median_ms": statistics.median(walls) * 1000,
@@ -82,7 +102,7 @@ def summed_rss(argv: Sequence[str], env: dict[str, str], runs: int = 5) -> float
         peak = 0
         done = threading.Event()
 
-        def sample(pid: int = proc.pid) -> None:
+        def sample(pid: int = proc.pid, done: threading.Event = done) -> None:
             nonlocal peak
             while not done.is_set():
                 total = 0
@@ -211,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             [sys.executable, "-m", "gantry", "version"], {**env, "PYTHONPATH": str(ROOT)},
             args.runs)
         bin_dir = Path(spec) if spec else None
-        inner = bin_dir / "gantry.bin" if bin_dir else None
+        inner = next(iter(sorted(bin_dir.glob("*.bin"))), None) if bin_dir else None
         if inner and inner.exists():
             rows["unpacked .bin status (no bootstrap)"] = series(
                 [str(inner), "status"], env, args.runs)

@@ -59,9 +59,28 @@ TEMPDIR_PARENT = "/tmp"
 # terminationGracePeriodSeconds and systemd TimeoutStopSec are set above it).
 CHILD_GRACE_MS = 9000
 
-# Never imported by gantry at run time (see docs/packaging.md for how this was measured);
-# `tzdata` would shadow the image's /usr/share/zoneinfo, which is what we want to use.
-NOFOLLOW = ("tzdata",)
+# Reachable through some import statement but never imported by gantry at run time, measured
+# by comparing the compilation report with sys.modules of real `run` (stdio and telegram),
+# `status` and `version` processes plus the mcp stdio client/server imports (docs/packaging.md).
+NOFOLLOW = (
+    "tzdata",  # would shadow the image's /usr/share/zoneinfo, which is what we want used
+    "mypy",  # pulled by pydantic.mypy: ~55 MB of mypyc extension modules
+    "mypyc",
+    "mypy_extensions",
+    "librt",
+    "ast_serialize",
+    "pydantic.mypy",
+    "pydantic.v1",  # pydantic 1 compatibility layer; aiogram 3 and mcp use v2
+    "pydantic._internal._git",
+    "pygments",  # only the httpx/httpx2 command-line tools use it
+    "httpx._main",
+    "httpx2._main",
+    "aiohttp.web",  # the server half of aiohttp; aiogram uses the client
+    "aiohttp.worker",
+)
+# C accelerators that Nuitka's anti-bloat leaves out unless asked ("may slow down by using
+# fallback implementation"); json is on every hot path (MCP JSON-RPC, the OpenAI wire).
+INCLUDE_MODULES = ("_json", "_bisect")
 
 
 def tempdir_spec(version: str, commit: str) -> str:
@@ -84,6 +103,7 @@ def nuitka_command(
         "--include-package=gantry",
         "--include-package-data=gantry",
         *(f"--nofollow-import-to={m}" for m in NOFOLLOW),
+        *(f"--include-module={m}" for m in INCLUDE_MODULES),
         "--noinclude-pytest-mode=nofollow",
         "--noinclude-setuptools-mode=nofollow",
         "--noinclude-IPython-mode=nofollow",
@@ -113,7 +133,8 @@ def build_info() -> dict[str, str]:
     if not m:
         raise SystemExit("build: no __version__ in gantry/__init__.py")
     commit = os.environ.get("GANTRY_COMMIT") or _git("rev-parse", "HEAD") or "unknown"
-    if commit != "unknown" and _git("status", "--porcelain", "--untracked-files=no", "--", "gantry"):
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", "gantry")
+    if commit != "unknown" and dirty:
         commit += "-dirty"
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     when = (
@@ -133,9 +154,11 @@ def setup() -> None:
     bindir = str(Path(sys.executable).parent)
     os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     try:
-        import nuitka.Version as nv  # noqa: PLC0415
+        import nuitka.Version as nv
     except ImportError:
-        raise SystemExit("build: nuitka missing; install the build extra: pip install '.[build]'")
+        raise SystemExit(
+            "build: nuitka missing; install the build extra: pip install '.[build]'"
+        ) from None
     if nv.getNuitkaVersion() != NUITKA_VERSION:
         raise SystemExit(f"build: need Nuitka {NUITKA_VERSION}, have {nv.getNuitkaVersion()}")
     for tool in ("gcc", "patchelf", "ldd"):
@@ -173,7 +196,10 @@ def run_nuitka(cmd: list[str], log_path: Path) -> tuple[int, dict[str, int]]:
     """Run Nuitka, echoing and logging its output; return (rc, ccache result counts)."""
     counts: dict[str, int] = {}
     pat = re.compile(r"Cached C files \(using ccache\) with result '([^']+)': (\d+)")
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # Nuitka hands the compiler absolute paths (build dir, venv include dirs). With the repo
+    # root as ccache's base_dir they become relative, so a clone at another path (CI) still
+    # hits the cache that an earlier build at any path filled.
+    env = dict(os.environ, PYTHONUNBUFFERED="1", CCACHE_BASEDIR=str(ROOT), CCACHE_NOHASHDIR="1")
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=STAGE
@@ -187,6 +213,23 @@ def run_nuitka(cmd: list[str], log_path: Path) -> tuple[int, dict[str, int]]:
                 counts[m.group(1)] = counts.get(m.group(1), 0) + int(m.group(2))
         rc = proc.wait()
     return rc, counts
+
+
+def check_report(report: Path) -> None:
+    """The binary must hold the *staged* gantry (with _build_info), not an installed copy."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(report).getroot()
+    ours = {
+        m.get("name"): m.get("source_path", "")
+        for m in root.iter("module")
+        if m.get("name", "").split(".")[0] == "gantry"
+    }
+    if "gantry._build_info" not in ours:
+        raise SystemExit("build: gantry._build_info is not in the binary")
+    strays = sorted(n for n, src in ours.items() if not src.startswith("${cwd}/gantry/"))
+    if strays:
+        raise SystemExit(f"build: modules compiled from outside the staging copy: {strays}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     if rc:
         print(f"build: Nuitka failed (rc {rc}); log in {WORK / 'nuitka.log'}", file=sys.stderr)
         return rc
+    check_report(report)
     produced = WORK / "gantry"
     tmp = dist / ".gantry.new"
     shutil.copy2(produced, tmp)

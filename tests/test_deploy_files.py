@@ -197,7 +197,7 @@ def test_compose_tmpfs_is_writable_exec_and_big_enough() -> None:
     svc = _yaml(ROOT / "compose.yml")["services"]["gantry"]
     (entry,) = [t for t in svc["tmpfs"] if t.split(":", 1)[0] == build.TEMPDIR_PARENT]
     opts = dict(
-        (o.split("=", 1) + [""])[:2] for o in entry.split(":", 1)[1].split(",")
+        ([*o.split("=", 1), ""])[:2] for o in entry.split(":", 1)[1].split(",")
     )
     assert "rw" in opts and "exec" in opts and "noexec" not in opts
     assert opts["mode"] == "1777"
@@ -338,7 +338,7 @@ def test_mcp_manifest_sample_is_valid_and_its_examples_parse() -> None:
     text = (DEPLOY / "mcp.toml").read_text()
     assert tomllib.loads(text).get("server", []) == []  # boots as is: no server to start
     uncommented = "\n".join(
-        line[2:] for line in text.splitlines() if line.startswith("# ") and "=" in line
+        line[2:] for line in text.splitlines() if (line.startswith("# ") and "=" in line)
         or line.startswith("# [[server]]")
     )
     examples = tomllib.loads(

@@ -67,14 +67,14 @@ def sandbox(binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Sandbox:
 
 
 @dataclass(frozen=True)
-class TestPKI:
+class PKI:
     ca_pem: str
     cert_file: Path
     key_file: Path
 
 
 @pytest.fixture(scope="session")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> TestPKI:
+def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
     """A throwaway CA and a server certificate for 127.0.0.1 signed by it."""
     x509 = pytest.importorskip("cryptography.x509")
     from cryptography.hazmat.primitives import hashes, serialization
@@ -131,7 +131,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> TestPKI:
         key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                           serialization.NoEncryption())
     )
-    return TestPKI(ca.public_bytes(serialization.Encoding.PEM).decode(), cert_file, key_file)
+    return PKI(ca.public_bytes(serialization.Encoding.PEM).decode(), cert_file, key_file)
 
 
 @pytest.fixture(scope="session")

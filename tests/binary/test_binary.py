@@ -21,7 +21,7 @@ from typing import IO, Any
 
 import pytest
 
-from tests.binary.conftest import ROOT, TestPKI
+from tests.binary.conftest import PKI, ROOT
 from tests.binary.rootfs import CA_BUNDLE, INSTALL_PATH, Sandbox
 
 pytestmark = [pytest.mark.binary, pytest.mark.slow]
@@ -97,6 +97,10 @@ class Running:
         with self._cond:
             return self._err
 
+    def close_stdin(self) -> None:
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+
     def send(self, line: str) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.write(line.encode() + b"\n")
@@ -126,6 +130,16 @@ class Running:
                 if left <= 0 or self._open == 0:
                     pytest.fail(f"no {needle!r} on stderr within {timeout} s\n{self._err[-3000:]}")
                 self._cond.wait(min(left, 0.5))
+
+    def wait(self, timeout: float = WAIT) -> int:
+        """The exit code of a run that ends by itself (e.g. a boot failure)."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"gantry did not exit within {timeout} s\n{self.stderr[-3000:]}")
+        for t in self._threads:
+            t.join(5)
+        return code
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_WAIT) -> int:
         if self.proc.poll() is None:
@@ -238,7 +252,7 @@ def test_status_fails_before_the_daemon_ran(sandbox: Sandbox) -> None:
 def test_bad_cron_tz_fails_boot_clearly(sandbox: Sandbox, start: Any) -> None:
     run = start(_run_env("http://127.0.0.1:9/v1", CRON_TZ="Mars/Olympus"),
                 data=sandbox.new_data_dir("data-bad-tz"))
-    assert run.stop(timeout=WAIT) == 1
+    assert run.wait() == 1, run.stderr
     assert "CRON_TZ 'Mars/Olympus' is not a known IANA time zone" in run.stderr
 
 
@@ -252,7 +266,7 @@ def test_time_zones_come_from_the_image_tzdata(
     run = start(_run_env("http://127.0.0.1:9/v1", CRON_TZ="America/Los_Angeles"),
                 data=sandbox.new_data_dir("data-no-tzdata"),
                 extra_binds={"/usr/share/zoneinfo": empty})
-    assert run.stop(timeout=WAIT) == 1
+    assert run.wait() == 1, run.stderr
     assert "CRON_TZ 'America/Los_Angeles' is not a known IANA time zone" in run.stderr
 
 
@@ -270,14 +284,57 @@ def test_run_answers_over_stdio_and_is_healthy(
     healthy = _wait_healthy(sandbox, data, run)
     assert healthy.startswith("healthy:"), healthy
     assert fake_openai.last_request.headers.get("Authorization") == f"Bearer {KEY}"
-
-    # SIGTERM to the bootstrap (what `docker stop` sends to PID 1) reaches the app as SIGINT
-    # and the app shuts down cleanly: exit 0, its own "stopped" log line, no traceback.
-    assert run.stop(signal.SIGTERM) == 0, run.stderr[-3000:]
+    # End of input ends the REPL cleanly.
+    run.close_stdin()
+    assert run.wait(STOP_WAIT) == 0, run.stderr[-3000:]
     assert "gantry stopped" in run.stderr
     assert "Traceback" not in run.stderr
     assert run.stdout == "echo: hello from distroless\n"
     assert KEY not in run.stderr
+
+
+def test_stdio_run_stops_on_sigterm_with_stdin_open(
+    sandbox: Sandbox, start: Any, fake_openai: Any
+) -> None:
+    """`docker compose run -it` REPL: SIGTERM to the bootstrap while the app waits on stdin
+    must still end in a clean exit 0, not the bootstrap's SIGKILL after the grace time."""
+    run = start(_run_env(fake_openai.base_url), data=sandbox.new_data_dir("data-stdio-term"))
+    run.send("ping")
+    run.expect("echo: ping\n")
+    t0 = time.monotonic()
+    assert run.stop(signal.SIGTERM) == 0, run.stderr[-3000:]
+    assert time.monotonic() - t0 < 5, "shutdown should not wait for the grace time"
+    assert "gantry stopped" in run.stderr
+
+
+def test_telegram_run_is_healthy_and_stops_cleanly_on_sigterm(
+    sandbox: Sandbox, start: Any, fake_openai: Any
+) -> None:
+    """The production path: aiogram long-polls a loopback fake Bot API; `docker stop` sends
+    SIGTERM to the bootstrap (PID 1), which forwards SIGINT; the app drains and exits 0."""
+    from tests.fakes.telegram import FakeTelegram
+
+    tg = FakeTelegram()
+    tg_url = tg.start_in_thread()
+    try:
+        data = sandbox.new_data_dir("data-telegram")
+        run = start(
+            _run_env(fake_openai.base_url, CHANNEL="telegram", TELEGRAM_BOT_TOKEN="123456:smoke",
+                     TELEGRAM_ALLOWED_USERS="7", TELEGRAM_API_URL=tg_url),
+            data=data,
+        )
+        run.wait_stderr('"receiving"')
+        tg.push_text(user_id=7, text="hello from telegram")
+        sent = tg.wait_sent_sync(chat_id=7, timeout=WAIT)
+        assert "echo: hello from telegram" in sent
+        assert _wait_healthy(sandbox, data, run).startswith("healthy:")
+        assert run.stop(signal.SIGTERM) == 0, run.stderr[-3000:]
+        assert '"signal": "SIGINT"' in run.stderr  # SIGTERM arrived as the bootstrap's SIGINT
+        assert "gantry stopped" in run.stderr
+        assert "Traceback" not in run.stderr
+        assert run.stdout == ""
+    finally:
+        tg.stop()
 
 
 # ----------------------------------------------------------------------------- TLS
@@ -286,7 +343,7 @@ def test_run_answers_over_stdio_and_is_healthy(
 class TLSProxy:
     """TLS on 127.0.0.1 in front of the fake (plain HTTP) server, with the test CA's cert."""
 
-    def __init__(self, pki: TestPKI, upstream_port: int) -> None:
+    def __init__(self, pki: PKI, upstream_port: int) -> None:
         self.ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.ctx.load_cert_chain(pki.cert_file, pki.key_file)
         self.upstream_port = upstream_port
@@ -341,7 +398,7 @@ class TLSProxy:
 
 
 @pytest.fixture
-def tls_proxy(pki: TestPKI, fake_openai: Any) -> Iterator[TLSProxy]:
+def tls_proxy(pki: PKI, fake_openai: Any) -> Iterator[TLSProxy]:
     port = int(fake_openai.base_url.rsplit(":", 1)[1].split("/", 1)[0])
     proxy = TLSProxy(pki, port)
     try:
@@ -351,7 +408,7 @@ def tls_proxy(pki: TestPKI, fake_openai: Any) -> Iterator[TLSProxy]:
 
 
 @pytest.fixture
-def bundle_with_test_ca(sandbox: Sandbox, pki: TestPKI, tmp_path: Path) -> Path:
+def bundle_with_test_ca(sandbox: Sandbox, pki: PKI, tmp_path: Path) -> Path:
     bundle = tmp_path / "ca-certificates.crt"
     image_bundle = (sandbox.root / CA_BUNDLE.lstrip("/")).read_text()
     bundle.write_text(image_bundle + pki.ca_pem)
