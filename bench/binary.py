@@ -14,7 +14,7 @@ Measures, in one run on this machine:
 * binary size, payload size, and the clean/incremental build times recorded by
   build/build.py in build/.work/timings.jsonl;
 * import cost of aiogram, mcp, httpx, apsw from source (fresh interpreter each), and inside
-  the binary when it exposes them (GANTRY_IMPORT_TIMES=1 `gantry version --json`).
+  the binary when it exposes them (`gantry version --json --import-times MOD`).
 
 Goals (issue 3): status <= 50 ms median and <= 30 MB peak RSS cached; binary <= 60 MB.
 The host runs the binary directly: it carries its own loader and glibc, so the host's libc
@@ -157,14 +157,22 @@ def import_costs_source(python: str) -> dict[str, float]:
 
 
 def import_costs_binary(binary: Path, env: dict[str, str]) -> dict[str, float] | None:
-    r = subprocess.run([str(binary), "version", "--json"], capture_output=True, text=True,
-                       env={**env, "GANTRY_IMPORT_TIMES": "1"})
-    try:
-        data = json.loads(r.stdout)
-    except ValueError:
-        return None
-    times = data.get("import_ms")
-    return times if isinstance(times, dict) else None
+    """Each heavy module's import time inside the binary, one fresh process per module."""
+    out: dict[str, float] = {}
+    for mod in HEAVY:
+        vals = []
+        for _ in range(3):
+            r = subprocess.run([str(binary), "version", "--json", "--import-times", mod],
+                               capture_output=True, text=True, env=env)
+            try:
+                value = json.loads(r.stdout)["import_ms"][mod]
+            except (ValueError, KeyError, TypeError):
+                return None
+            if not isinstance(value, int | float):
+                return None
+            vals.append(float(value))
+        out[mod] = sorted(vals)[1]
+    return out
 
 
 def build_times() -> dict[str, dict[str, object]]:
@@ -261,10 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     print("  import cost, source (median of 5 fresh interpreters, ms): "
           + ", ".join(f"{k} {v:.0f}" for k, v in import_src.items()))
     if import_bin:
-        print("  import cost, binary (GANTRY_IMPORT_TIMES, ms): "
+        print("  import cost, binary (gantry version --import-times, ms): "
               + ", ".join(f"{k} {float(v):.0f}" for k, v in import_bin.items()))
     else:
-        print("  import cost, binary: n/a (the app has no GANTRY_IMPORT_TIMES hook yet)")
+        print("  import cost, binary: n/a (gantry version --import-times failed)")
     builds = build_times()
     for kind in ("cold", "warm"):
         if kind in builds:

@@ -38,6 +38,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="override DATA_DIR (default: $DATA_DIR or /data)")
     ver = sub.add_parser("version", help="print build information")
     ver.add_argument("--json", action="store_true", help="print the same as one JSON object")
+    ver.add_argument(
+        "--import-times",
+        metavar="MODULES",
+        help="diagnostic: import these comma-separated modules (e.g. aiogram,mcp) in order and "
+        "report each one's import time in ms; measures the frozen binary's start-up costs",
+    )
     return p
 
 
@@ -57,7 +63,9 @@ def _status(args: argparse.Namespace) -> int:
 def _version(args: argparse.Namespace) -> int:
     from gantry.buildinfo import info
 
-    data = info()
+    data: dict[str, object] = dict(info())
+    if args.import_times:
+        data["import_ms"] = _import_times(args.import_times.split(","))
     if args.json:
         import json
 
@@ -66,7 +74,28 @@ def _version(args: argparse.Namespace) -> int:
         print(f"gantry {data['version']}")
         for key in ("commit", "build_date", "python", "sqlite", "apsw", "platform", "frozen"):
             print(f"  {key:<11} {data[key]}")
+        for mod, ms in dict(data.get("import_ms") or {}).items():  # type: ignore[call-overload]
+            print(f"  import {mod:<10} {ms} ms")
     return EXIT_OK
+
+
+def _import_times(modules: list[str]) -> dict[str, float | str]:
+    """Wall time of importing each module after the previous ones (diagnostics only)."""
+    import importlib
+    import time
+
+    out: dict[str, float | str] = {}
+    for name in (m.strip() for m in modules):
+        if not name:
+            continue
+        start = time.perf_counter()
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            out[name] = f"not importable: {exc}"
+            continue
+        out[name] = round((time.perf_counter() - start) * 1000, 1)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
