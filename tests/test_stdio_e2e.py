@@ -10,23 +10,22 @@ hanging the suite.
 
 from __future__ import annotations
 
-import codecs
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 
 from gantry.runtime import DRAIN_SECONDS
 from tests.fakes.openai import Call, FakeOpenAI, HTTPError, Reply, ToolCalls
+from tests.procs import ChildIO
 
 pytestmark = pytest.mark.slow
 
@@ -38,13 +37,15 @@ WAIT = 15.0  # generous bound for one reply; the retry test needs ~4 s of backof
 EXIT_WAIT = 10.0
 
 
-class Gantry:
+class Gantry(ChildIO):
     """`python -m gantry run` with CHANNEL=stdio; stdout and stderr drained by threads.
 
     Draining in threads keeps the child from blocking on a full pipe and lets every wait
     carry its own timeout. `expect` consumes stdout like pexpect, so consecutive replies
     (including multi-line ones such as /status) are matched in order.
     """
+
+    default_wait = WAIT
 
     def __init__(self, tmp_path: Path, base_url: str, env: Mapping[str, str]) -> None:
         self.data_dir = tmp_path / "data"
@@ -64,67 +65,20 @@ class Gantry:
             "PERSONA_DIR": str(self.persona_dir),
             **env,
         }
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gantry", "run"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=self.env,
-            cwd=ROOT,
+        super().__init__(
+            subprocess.Popen(
+                [sys.executable, "-m", "gantry", "run"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=self.env,
+                cwd=ROOT,
+            )
         )
-        self._cond = threading.Condition()
-        self._out = ""
-        self._cursor = 0
-        self._err: list[str] = []
-        self._open = 2
-        assert self.proc.stdout is not None and self.proc.stderr is not None
-        self._threads = [
-            threading.Thread(target=self._drain_stdout, args=(self.proc.stdout,), daemon=True),
-            threading.Thread(target=self._drain_stderr, args=(self.proc.stderr,), daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
-
-    # ------------------------------------------------------------------ pipes
-
-    def _drain_stdout(self, pipe: IO[bytes]) -> None:
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        try:
-            while chunk := pipe.read1(65536):  # type: ignore[attr-defined]
-                with self._cond:
-                    self._out += decoder.decode(chunk)
-                    self._cond.notify_all()
-        finally:
-            with self._cond:
-                self._out += decoder.decode(b"", final=True)
-                self._open -= 1
-                self._cond.notify_all()
-
-    def _drain_stderr(self, pipe: IO[bytes]) -> None:
-        try:
-            for raw in pipe:
-                with self._cond:
-                    self._err.append(raw.decode("utf-8", "replace").rstrip("\n"))
-                    self._cond.notify_all()
-        finally:
-            with self._cond:
-                self._open -= 1
-                self._cond.notify_all()
-
-    @property
-    def stdout(self) -> str:
-        with self._cond:
-            return self._out
-
-    @property
-    def stderr(self) -> str:
-        with self._cond:
-            return "\n".join(self._err)
 
     def logs(self) -> list[dict[str, Any]]:
         """stderr parsed as JSON lines; fails on any line that is not one JSON object."""
-        with self._cond:
-            lines = list(self._err)
+        lines = self.stderr.splitlines()
         records = []
         for line in lines:
             try:
@@ -134,38 +88,6 @@ class Gantry:
             assert isinstance(record, dict), line
             records.append(record)
         return records
-
-    def _diag(self) -> str:
-        with self._cond:
-            out, err = self._out[self._cursor :], "\n".join(self._err[-15:])
-        return f"\nunconsumed stdout: {out!r}\nstderr tail:\n{err}"
-
-    # ------------------------------------------------------------------ driving
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line.encode() + b"\n")
-        self.proc.stdin.flush()
-
-    def close_stdin(self) -> None:
-        if self.proc.stdin is not None and not self.proc.stdin.closed:
-            self.proc.stdin.close()
-
-    def expect(self, needle: str, timeout: float = WAIT) -> str:
-        """Wait for `needle` on stdout past the last match; return the text consumed."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                at = self._out.find(needle, self._cursor)
-                if at >= 0:
-                    chunk = self._out[self._cursor : at + len(needle)]
-                    self._cursor = at + len(needle)
-                    return chunk
-                left = deadline - time.monotonic()
-                if left <= 0 or self._open == 0:
-                    break
-                self._cond.wait(min(left, 0.5))
-        pytest.fail(f"no {needle!r} on stdout within {timeout} s{self._diag()}")
 
     def ask(self, text: str, reply: str, timeout: float = WAIT) -> str:
         """Send one line and wait for `reply` followed by the newline that ends it."""
@@ -183,15 +105,8 @@ class Gantry:
                 self._cond.wait(0.2)
         pytest.fail(f"no {message!r} log record within {timeout} s{self._diag()}")
 
-    def wait_exit(self, timeout: float = EXIT_WAIT) -> int:
-        """The exit code; the reader threads are joined so the output is complete."""
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"gantry did not exit within {timeout} s{self._diag()}")
-        for t in self._threads:
-            t.join(5)
-        return code
+    def wait_exit(self, timeout: float | None = EXIT_WAIT) -> int:
+        return super().wait_exit(timeout)
 
     def kill(self) -> None:
         """Teardown: SIGKILL by PID if still running, then release the pipes."""
@@ -199,8 +114,7 @@ class Gantry:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(5)
         self.close_stdin()
-        for t in self._threads:
-            t.join(5)
+        self.join()
         for pipe in (self.proc.stdout, self.proc.stderr):
             if pipe is not None:
                 pipe.close()

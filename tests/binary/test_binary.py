@@ -7,7 +7,6 @@ the image's CA bundle, and resolves time zones from the image's tzdata.
 from __future__ import annotations
 
 import asyncio
-import codecs
 import os
 import shutil
 import signal
@@ -17,12 +16,13 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 
 from tests.binary.conftest import PKI, ROOT
 from tests.binary.rootfs import CA_BUNDLE, INSTALL_PATH, Sandbox
+from tests.procs import ChildIO
 
 pytestmark = [pytest.mark.binary, pytest.mark.slow]
 
@@ -57,89 +57,14 @@ def binds(persona_dir: Path, etc_gantry: Path) -> dict[str, Path]:
     return {"/persona": persona_dir, "/etc/gantry": etc_gantry}
 
 
-class Running:
+class Running(ChildIO):
     """A `gantry run` inside the sandbox; the Popen pid is the onefile bootstrap itself."""
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        self.proc = proc
-        self._cond = threading.Condition()
-        self._out = ""
-        self._err = ""
-        self._cursor = 0
-        self._open = 2
-        assert proc.stdout is not None and proc.stderr is not None
-        self._threads = [
-            threading.Thread(target=self._drain, args=(proc.stdout, "_out"), daemon=True),
-            threading.Thread(target=self._drain, args=(proc.stderr, "_err"), daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
-
-    def _drain(self, pipe: IO[bytes], attr: str) -> None:
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        try:
-            while chunk := pipe.read1(65536):  # type: ignore[attr-defined]
-                with self._cond:
-                    setattr(self, attr, getattr(self, attr) + decoder.decode(chunk))
-                    self._cond.notify_all()
-        finally:
-            with self._cond:
-                self._open -= 1
-                self._cond.notify_all()
-
-    @property
-    def stdout(self) -> str:
-        with self._cond:
-            return self._out
-
-    @property
-    def stderr(self) -> str:
-        with self._cond:
-            return self._err
-
-    def close_stdin(self) -> None:
-        if self.proc.stdin is not None and not self.proc.stdin.closed:
-            self.proc.stdin.close()
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line.encode() + b"\n")
-        self.proc.stdin.flush()
-
-    def expect(self, needle: str, timeout: float = WAIT) -> str:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                at = self._out.find(needle, self._cursor)
-                if at >= 0:
-                    chunk = self._out[self._cursor : at + len(needle)]
-                    self._cursor = at + len(needle)
-                    return chunk
-                left = deadline - time.monotonic()
-                if left <= 0 or (self._open == 0):
-                    break
-                self._cond.wait(min(left, 0.5))
-        pytest.fail(f"no {needle!r} on stdout within {timeout} s\nstdout: {self._out!r}\n"
-                    f"stderr tail:\n{self._err[-3000:]}\nexit: {self.proc.poll()}")
-
-    def wait_stderr(self, needle: str, timeout: float = WAIT) -> None:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while needle not in self._err:
-                left = deadline - time.monotonic()
-                if left <= 0 or self._open == 0:
-                    pytest.fail(f"no {needle!r} on stderr within {timeout} s\n{self._err[-3000:]}")
-                self._cond.wait(min(left, 0.5))
+    default_wait = WAIT
 
     def wait(self, timeout: float = WAIT) -> int:
         """The exit code of a run that ends by itself (e.g. a boot failure)."""
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"gantry did not exit within {timeout} s\n{self.stderr[-3000:]}")
-        for t in self._threads:
-            t.join(5)
-        return code
+        return self.wait_exit(timeout)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_WAIT) -> int:
         if self.proc.poll() is None:
@@ -147,17 +72,15 @@ class Running:
         try:
             code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"gantry did not stop within {timeout} s of {sig}\n{self.stderr[-3000:]}")
-        for t in self._threads:
-            t.join(5)
+            pytest.fail(f"gantry did not stop within {timeout} s of {sig}{self._diag()}")
+        self.join()
         return code
 
     def kill(self) -> None:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
-        for t in self._threads:
-            t.join(5)
+        self.join()
         for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             if pipe is not None and not pipe.closed:
                 pipe.close()

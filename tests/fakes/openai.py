@@ -32,6 +32,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes._loopback import LoopbackServer
+
 __all__ = [
     "Call",
     "CutStream",
@@ -252,8 +254,14 @@ def _sse(body: Any) -> bytes:
 _DONE = b"data: [DONE]\n\n"
 
 
-class FakeOpenAI:
-    """A scriptable OpenAI-compatible server on 127.0.0.1 (see the module docstring)."""
+class FakeOpenAI(LoopbackServer):
+    """A scriptable OpenAI-compatible server on 127.0.0.1 (see the module docstring).
+
+    `base_url` is `http://127.0.0.1:<port>/v1`, what LLM_BASE_URL should be.
+    """
+
+    name = "fake OpenAI server"
+    url_suffix = "/v1"
 
     def __init__(
         self,
@@ -263,16 +271,13 @@ class FakeOpenAI:
         default: Script | None = None,
     ) -> None:
         """`api_key` set → requests without `Bearer <api_key>` get a 401 like OpenAI's."""
+        super().__init__()
         self.api_key = api_key
         self.model = model
         self.default: Script = default or Echo()
         self.requests: list[RecordedRequest] = []
         self._queue: deque[Script] = deque()
         self._lock = threading.Lock()
-        self._runner: web.AppRunner | None = None
-        self._port: int | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ scripting
 
@@ -293,83 +298,10 @@ class FakeOpenAI:
             raise AssertionError("the fake OpenAI server has received no request")
         return self.requests[-1]
 
-    @property
-    def base_url(self) -> str:
-        """`http://127.0.0.1:<port>/v1` — what LLM_BASE_URL should be."""
-        if self._port is None:
-            raise RuntimeError("FakeOpenAI is not started: use `async with` or start_in_thread()")
-        return f"http://127.0.0.1:{self._port}/v1"
-
-    # ------------------------------------------------------------------ lifecycle
-
-    async def start(self) -> str:
-        """Listen on an ephemeral loopback port in the running loop; return the base URL."""
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._handle)
-        runner = web.AppRunner(app, shutdown_timeout=0.5, handler_cancellation=True)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self._port = int(runner.addresses[0][1])
-        self._runner = runner
-        return self.base_url
-
-    async def close(self) -> None:
-        """Stop listening; in-flight (hanging) handlers are cancelled."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> FakeOpenAI:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    def start_in_thread(self) -> str:
-        """Run the server on its own loop in a daemon thread (for subprocess tests)."""
-        loop = asyncio.new_event_loop()
-        started = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self.start())
-            except BaseException as exc:
-                failure.append(exc)
-                started.set()
-                return
-            started.set()
-            loop.run_forever()
-
-        self._loop = loop
-        self._thread = threading.Thread(target=run, name="fake-openai", daemon=True)
-        self._thread.start()
-        if not started.wait(10) or failure:
-            raise RuntimeError(f"fake OpenAI server did not start: {failure}")
-        return self.base_url
-
-    def stop(self) -> None:
-        """Stop a server started with start_in_thread()."""
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        asyncio.run_coroutine_threadsafe(self.close(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-        self._loop = self._thread = None
-
-    def __enter__(self) -> FakeOpenAI:
-        self.start_in_thread()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     # ------------------------------------------------------------------ serving
+
+    def _routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/chat/completions", self._handle)
 
     def _next(self) -> Script:
         with self._lock:

@@ -46,6 +46,8 @@ from typing import Any, Literal, TypeVar
 
 from aiohttp import web
 
+from tests.fakes._loopback import LoopbackServer
+
 __all__ = ["BotMessage", "Call", "FakeTelegram", "Fault", "FaultKind"]
 
 T = TypeVar("T")
@@ -165,8 +167,13 @@ def _update_type(update: dict[str, Any]) -> str:
     return next((k for k in update if k != "update_id"), "")
 
 
-class FakeTelegram:
-    """A Bot API server on 127.0.0.1 (see the module docstring)."""
+class FakeTelegram(LoopbackServer):
+    """A Bot API server on 127.0.0.1 (see the module docstring).
+
+    `base_url` is `http://127.0.0.1:<port>`: pass it to `TelegramAPIServer.from_base`.
+    """
+
+    name = "fake Telegram server"
 
     def __init__(
         self,
@@ -178,6 +185,7 @@ class FakeTelegram:
         first_update_id: int = 100_000,
     ) -> None:
         """`token` set → other tokens get 401 Unauthorized, as from the real API."""
+        super().__init__()
         self.token = token
         self.bot_user: dict[str, Any] = {
             "id": bot_id,
@@ -201,11 +209,6 @@ class FakeTelegram:
         self._faults: dict[str, deque[Fault]] = {}
         self._lock = threading.Lock()
         self._polls: set[_Poll] = set()
-        self._runner: web.AppRunner | None = None
-        self._port: int | None = None
-        self._server_loop: asyncio.AbstractEventLoop | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ scripting
 
@@ -370,83 +373,10 @@ class FakeTelegram:
 
     # ------------------------------------------------------------------ lifecycle
 
-    @property
-    def base_url(self) -> str:
-        """`http://127.0.0.1:<port>` — pass to `TelegramAPIServer.from_base`."""
-        if self._port is None:
-            raise RuntimeError("FakeTelegram is not started: use `async with` or start_in_thread()")
-        return f"http://127.0.0.1:{self._port}"
-
-    async def start(self) -> str:
-        """Listen on an ephemeral loopback port in the running loop; return the base URL."""
-        app = web.Application()
-        app.router.add_route("*", "/bot{token}/{method}", self._handle)
-        runner = web.AppRunner(app, shutdown_timeout=0.5, handler_cancellation=True)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self._port = int(runner.addresses[0][1])
-        self._runner = runner
-        self._server_loop = asyncio.get_running_loop()
-        return self.base_url
-
-    async def close(self) -> None:
-        """Stop listening; pending long polls are cancelled."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-        self._server_loop = None
-
-    async def __aenter__(self) -> FakeTelegram:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    def start_in_thread(self) -> str:
-        """Run the server on its own loop in a daemon thread (for subprocess tests)."""
-        loop = asyncio.new_event_loop()
-        started = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self.start())
-            except BaseException as exc:
-                failure.append(exc)
-                started.set()
-                return
-            started.set()
-            loop.run_forever()
-
-        self._loop = loop
-        self._thread = threading.Thread(target=run, name="fake-telegram", daemon=True)
-        self._thread.start()
-        if not started.wait(10) or failure:
-            raise RuntimeError(f"fake Telegram server did not start: {failure}")
-        return self.base_url
-
-    def stop(self) -> None:
-        """Stop a server started with start_in_thread()."""
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        asyncio.run_coroutine_threadsafe(self.close(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-        self._loop = self._thread = None
-
-    def __enter__(self) -> FakeTelegram:
-        self.start_in_thread()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     # ------------------------------------------------------------------ serving
+
+    def _routes(self, app: web.Application) -> None:
+        app.router.add_route("*", "/bot{token}/{method}", self._handle)
 
     def _wake(self) -> None:
         """Tell waiting long polls to look again; safe from any thread."""
