@@ -156,9 +156,12 @@ def import_costs_source(python: str) -> dict[str, float]:
     return out
 
 
-def import_costs_binary(binary: Path, env: dict[str, str]) -> dict[str, float] | None:
-    """Each heavy module's import time inside the binary, one fresh process per module."""
-    out: dict[str, float] = {}
+def import_costs_binary(binary: Path, env: dict[str, str]) -> dict[str, float | str] | None:
+    """Each heavy module's import time inside the binary, one fresh process per module.
+
+    A module the app never imports is not in the payload at all: reported as "not frozen".
+    """
+    out: dict[str, float | str] = {}
     for mod in HEAVY:
         vals = []
         for _ in range(3):
@@ -169,9 +172,9 @@ def import_costs_binary(binary: Path, env: dict[str, str]) -> dict[str, float] |
             except (ValueError, KeyError, TypeError):
                 return None
             if not isinstance(value, int | float):
-                return None
+                break
             vals.append(float(value))
-        out[mod] = sorted(vals)[1]
+        out[mod] = sorted(vals)[len(vals) // 2] if vals else "not frozen"
     return out
 
 
@@ -270,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(f"{k} {v:.0f}" for k, v in import_src.items()))
     if import_bin:
         print("  import cost, binary (gantry version --import-times, ms): "
-              + ", ".join(f"{k} {float(v):.0f}" for k, v in import_bin.items()))
+              + ", ".join(f"{k} {v:.0f}" if isinstance(v, float) else f"{k} {v}"
+                          for k, v in import_bin.items()))
     else:
         print("  import cost, binary: n/a (gantry version --import-times failed)")
     builds = build_times()

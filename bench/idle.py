@@ -1,0 +1,122 @@
+"""What an idle `gantry run` costs, per channel: RSS and CPU after boot (prints; never fails).
+
+    python bench/idle.py [--binary dist/gantry] [--seconds 10]
+
+Starts gantry (the frozen binary if present, and the source install) with CHANNEL=stdio and
+CHANNEL=telegram against the loopback fakes, waits until it is receiving and has answered one
+message, then samples RSS (bootstrap + app processes summed, from /proc) and the CPU time
+spent while idle for `--seconds`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.fakes.openai import FakeOpenAI  # noqa: E402
+from tests.fakes.telegram import FakeTelegram  # noqa: E402
+
+TOKEN = "123456789:AAE_bench-token-for-loopback-only"
+USER = 4242
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree(pid: int) -> list[int]:
+    """pid and its descendants (the onefile bootstrap and its unpacked app)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+        except OSError:
+            continue
+        todo += [int(k) for k in kids]
+    return out
+
+
+def rss_mib(pids: list[int]) -> float:
+    total = 0
+    for p in pids:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+def cpu_s(pids: list[int]) -> float:
+    total = 0
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError):
+            pass
+    return total / TICK
+
+
+def measure(cmd: list[str], channel: str, seconds: float) -> tuple[float, float, float]:
+    """(boot-to-first-reply s, idle RSS MiB, idle CPU ms per second)."""
+    with FakeOpenAI() as llm, FakeTelegram(token=TOKEN) as tg, tempfile.TemporaryDirectory() as d:
+        env = {"PATH": os.environ["PATH"], "CHANNEL": channel, "LLM_BASE_URL": llm.base_url,
+               "LLM_API_KEY": "sk-bench", "LLM_MODEL": "m", "DATA_DIR": d, "PERSONA_DIR": d,
+               "TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_ALLOWED_USERS": str(USER),
+               "TELEGRAM_API_URL": tg.base_url, "LOG_LEVEL": "warning"}
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            if channel == "stdio":
+                proc.stdin.write("hello\n")
+                proc.stdin.flush()
+                proc.stdout.readline()
+            else:
+                tg.push_text(USER, "hello")
+                tg.wait_sent_sync(USER, 1, timeout=60)
+            boot = time.perf_counter() - start
+            time.sleep(1.0)
+            pids = tree(proc.pid)
+            c0 = cpu_s(pids)
+            time.sleep(seconds)
+            c1 = cpu_s(pids)
+            return boot, rss_mib(pids), (c1 - c0) * 1000 / seconds
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", type=Path, default=ROOT / "dist" / "gantry")
+    ap.add_argument("--seconds", type=float, default=10.0)
+    args = ap.parse_args()
+    variants = {"source": [sys.executable, "-m", "gantry", "run"]}
+    if args.binary.exists():
+        variants["binary"] = [str(args.binary), "run"]
+    print(f"{'variant':<8} {'channel':<9} {'boot→reply s':>13} {'idle RSS MiB':>13} "
+          f"{'idle CPU ms/s':>14}")
+    for name, cmd in variants.items():
+        for channel in ("stdio", "telegram"):
+            boot, rss, cpu = measure(cmd, channel, args.seconds)
+            print(f"{name:<8} {channel:<9} {boot:>13.2f} {rss:>13.1f} {cpu:>14.2f}")
+
+
+if __name__ == "__main__":
+    main()
