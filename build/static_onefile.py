@@ -181,6 +181,7 @@ class GantryStaticOnefile(NuitkaPluginBase):
             if code.count(needle) != 1:
                 self.sysexit(f"{path}: the bootstrap changed; re-check this patch ({needle!r})")
         code = code.replace(CRC_LINE, SIZE_CHECK).replace(SKIP_LOOP, SKIP_JUMP)
+        os.unlink(path)  # Nuitka symlinks its own copy here: never write through the link
         with open(path, "w", encoding="utf-8") as f:
             f.write(code)
         self.info("bootstrap: cached extraction checks sizes and skips the payload unread")
