@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-import platform
-import subprocess
+import os
 import sys
-from pathlib import Path
 
 from gantry import __version__
 
 
 def _from_git() -> tuple[str, str]:
-    root = Path(__file__).resolve().parent.parent
-    if not (root / ".git").exists():
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.exists(os.path.join(root, ".git")):
         return "unknown", "unknown"
     try:
         out = subprocess.run(
-            ["git", "-C", str(root), "log", "-1", "--format=%H %cI"],
+            ["git", "-C", root, "log", "-1", "--format=%H %cI"],
             capture_output=True,
             text=True,
             timeout=5,
@@ -47,9 +47,9 @@ def info() -> dict[str, str]:
         "version": version,
         "commit": commit,
         "build_date": date,
-        "python": platform.python_version(),
+        "python": "{}.{}.{}".format(*sys.version_info[:3]),
         "sqlite": apsw.sqlite_lib_version(),
         "apsw": apsw.apsw_version(),
-        "platform": f"{sys.platform}-{platform.machine()}",
+        "platform": f"{sys.platform}-{os.uname().machine}",
         "frozen": "yes" if frozen else "no (source)",
     }

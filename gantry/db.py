@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from importlib import resources
 from pathlib import Path
 
 import apsw
@@ -17,6 +16,8 @@ class DatabaseError(Exception):
 
 def migrations() -> list[tuple[int, str, str]]:
     """(version, name, sql) for every embedded migration, in order."""
+    from importlib import resources
+
     found: list[tuple[int, str, str]] = []
     for entry in resources.files("gantry.migrations").iterdir():
         name = entry.name
@@ -69,13 +70,6 @@ def connect(path: str | os.PathLike[str]) -> apsw.Connection:
         migrate(conn)
     except apsw.Error as exc:
         raise DatabaseError(f"cannot open database {str(p)!r}: {exc}") from None
-    return conn
-
-
-def connect_readonly(path: str | os.PathLike[str]) -> apsw.Connection:
-    """Open an existing database without ever writing to it (for `gantry status`)."""
-    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
-    conn.set_busy_timeout(2000)
     return conn
 
 

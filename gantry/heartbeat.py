@@ -1,10 +1,13 @@
-"""The heartbeat row: `run` writes it every 15 s, `status` judges its age read-only."""
+"""The heartbeat row: `run` writes it every 15 s, `status` judges its age read-only.
+
+`check` is the container healthcheck: it imports only os, time and apsw (no pathlib, no
+gantry.db and its importlib.resources), because every millisecond is paid every few seconds.
+"""
 
 from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 INTERVAL = 15.0
 DEFAULT_MAX_AGE = 60.0
@@ -22,16 +25,15 @@ def touch(conn: object, version: str, now: float | None = None) -> None:
 
 def check(db_path: str | os.PathLike[str], max_age: float = DEFAULT_MAX_AGE) -> tuple[bool, str]:
     """(healthy, one-line reason). Opens the database read-only and never writes."""
-    p = Path(db_path)
-    if not p.is_file():
+    p = os.fspath(db_path)
+    if not os.path.isfile(p):
         return False, f"unhealthy: no database at {p} (is `gantry run` running with this DATA_DIR?)"
     import apsw
 
-    from gantry.db import connect_readonly
-
     try:
-        conn = connect_readonly(p)
+        conn = apsw.Connection(p, flags=apsw.SQLITE_OPEN_READONLY)
         try:
+            conn.set_busy_timeout(2000)
             row = conn.execute("SELECT ts, version, pid FROM heartbeat WHERE id = 1").fetchone()
         finally:
             conn.close()
