@@ -114,11 +114,12 @@ def test_status_imports_are_lean(tmp_path: Path) -> None:
         f"rc = main(['status', '--data-dir', {str(tmp_path)!r}]); "
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
         "{'aiogram','mcp','httpx','pydantic','aiohttp','anyio','msgspec','httpcore'}); "
-        "print('HEAVY', heavy); sys.exit(rc)"
+        "print('HEAVY', heavy); print('DB', 'gantry.db' in sys.modules); sys.exit(rc)"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "HEAVY []" in r.stdout
+    assert "DB False" in r.stdout  # migrations machinery (importlib.resources) stays out
 
 
 def test_version_imports_are_lean() -> None:
