@@ -54,11 +54,6 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     def db_path(self) -> Path:
         return Path(self.data_dir) / "gantry.db"
 
-    @property
-    def memory_mcp_server(self) -> str | None:
-        """The manifest server named by MEMORY_BACKEND=mcp:<name>, or None for builtin."""
-        return self.memory_backend[4:] if self.memory_backend.startswith("mcp:") else None
-
 
 # Inclusive bounds for integer settings: wide enough for any sane deployment,
 # narrow enough to catch typos such as an extra zero or a negative number.

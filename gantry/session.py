@@ -11,8 +11,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import msgspec
-
 from gantry.wire.openai import (
     AssistantMessage,
     Message,
@@ -177,11 +175,6 @@ def render_for_summary(messages: Sequence[Message]) -> str:
             body = m.content if len(m.content) <= 400 else m.content[:400] + "…"
             lines.append(f"Tool result: {body}")
     return "\n".join(lines)
-
-
-class _Row(msgspec.Struct):
-    id: int
-    message: Message
 
 
 class SessionStore:
