@@ -36,6 +36,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from _proc import rss_kib, tree
+
 ROOT = Path(__file__).resolve().parent.parent
 TIMINGS = ROOT / "build" / ".work" / "timings.jsonl"
 HEAVY = ("apsw", "httpx", "mcp", "aiogram")
@@ -105,20 +107,7 @@ def summed_rss(argv: Sequence[str], env: dict[str, str], runs: int = 5) -> float
         def sample(pid: int = proc.pid, done: threading.Event = done) -> None:
             nonlocal peak
             while not done.is_set():
-                total = 0
-                pids = [pid]
-                try:
-                    kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-                    pids += [int(k) for k in kids]
-                except OSError:
-                    pass
-                for p in pids:
-                    try:
-                        for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                            if line.startswith("VmRSS:"):
-                                total += int(line.split()[1])
-                    except OSError:
-                        pass
+                total = rss_kib(tree(pid))
                 peak = max(peak, total)
                 time.sleep(0.002)
 

@@ -22,6 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _proc import rss_kib, tree  # noqa: E402
+
 from tests.fakes.openai import FakeOpenAI  # noqa: E402
 from tests.fakes.telegram import FakeTelegram  # noqa: E402
 
@@ -30,30 +32,8 @@ USER = 4242
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def tree(pid: int) -> list[int]:
-    """pid and its descendants (the onefile bootstrap and its unpacked app)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
-        except OSError:
-            continue
-        todo += [int(k) for k in kids]
-    return out
-
-
 def rss_mib(pids: list[int]) -> float:
-    total = 0
-    for p in pids:
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total / 1024
+    return rss_kib(pids) / 1024
 
 
 def cpu_s(pids: list[int]) -> float:

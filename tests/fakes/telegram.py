@@ -305,35 +305,33 @@ class FakeTelegram(LoopbackServer):
 
     # ------------------------------------------------------------------ waiting
 
+    @staticmethod
+    def _poll(predicate: Callable[[], T], deadline: float, timeout: float, what: str) -> T | None:
+        """One look: the predicate's truthy result, None to wait more, or the timeout error."""
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"fake Telegram: timed out after {timeout}s waiting for {what}")
+        return None
+
     async def wait_for(
         self, predicate: Callable[[], T], timeout: float = 5.0, what: str = "condition"
     ) -> T:
         """Poll `predicate` until it returns something truthy; AssertionError on timeout."""
         deadline = time.monotonic() + timeout
-        while True:
-            result = predicate()
-            if result:
-                return result
-            if time.monotonic() >= deadline:
-                raise AssertionError(
-                    f"fake Telegram: timed out after {timeout}s waiting for {what}"
-                )
+        while (result := self._poll(predicate, deadline, timeout, what)) is None:
             await asyncio.sleep(0.01)
+        return result
 
     def wait_for_sync(
         self, predicate: Callable[[], T], timeout: float = 5.0, what: str = "condition"
     ) -> T:
         """Blocking twin of wait_for, for tests that run gantry as a subprocess."""
         deadline = time.monotonic() + timeout
-        while True:
-            result = predicate()
-            if result:
-                return result
-            if time.monotonic() >= deadline:
-                raise AssertionError(
-                    f"fake Telegram: timed out after {timeout}s waiting for {what}"
-                )
+        while (result := self._poll(predicate, deadline, timeout, what)) is None:
             time.sleep(0.01)
+        return result
 
     def _calls_at_least(self, method: str, count: int) -> Callable[[], list[Call]]:
         def check() -> list[Call]:
