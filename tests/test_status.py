@@ -113,7 +113,7 @@ def test_status_imports_are_lean(tmp_path: Path) -> None:
         "import sys; from gantry.cli import main; "
         f"rc = main(['status', '--data-dir', {str(tmp_path)!r}]); "
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "{'aiogram','mcp','httpx','pydantic','aiohttp','anyio','msgspec','httpcore'}); "
+        "{'aiogram','mcp','httpx','pydantic','aiohttp','anyio','msgspec','httpcore','argparse'}); "
         "print('HEAVY', heavy); print('DB', 'gantry.db' in sys.modules); sys.exit(rc)"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -126,7 +126,7 @@ def test_version_imports_are_lean() -> None:
     code = (
         "import sys; from gantry.cli import main; rc = main(['version', '--json']); "
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "{'aiogram','mcp','httpx','pydantic','aiohttp','anyio','httpcore'}); "
+        "{'aiogram','mcp','httpx','pydantic','aiohttp','anyio','httpcore','argparse'}); "
         "print('HEAVY', heavy); sys.exit(rc)"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
