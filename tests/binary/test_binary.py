@@ -172,6 +172,40 @@ def test_status_fails_before_the_daemon_ran(sandbox: Sandbox) -> None:
     assert "unhealthy" in r.stdout and "no database" in r.stdout
 
 
+def _extraction(sandbox: Sandbox, build_record: dict[str, str]) -> Path:
+    return sandbox.tmp / Path(build_record["tempdir_spec"]).relative_to("/tmp")
+
+
+def test_cached_start_reuses_the_extraction_and_repairs_a_cut_file(
+    sandbox: Sandbox, build_record: dict[str, str]
+) -> None:
+    """A later start rewrites nothing; a file whose size is wrong is unpacked again."""
+    assert _status(sandbox).returncode == 1  # unpacks the payload if no test did yet
+    where = _extraction(sandbox, build_record)
+    files = sorted(p for p in where.rglob("*") if p.is_file() and not p.is_symlink())
+    assert where / "gantry.bin" in files and len(files) > 20
+    before = {p: (p.stat().st_ino, p.stat().st_mtime_ns, p.stat().st_size) for p in files}
+    assert _status(sandbox).returncode == 1
+    assert {p: (p.stat().st_ino, p.stat().st_mtime_ns, p.stat().st_size) for p in files} == before
+
+    victim = where / "_json.so"  # not loaded by `status`
+    original = victim.read_bytes()
+    victim.write_bytes(original[: len(original) // 2])  # a crash mid-extraction
+    assert _status(sandbox).returncode == 1
+    assert victim.read_bytes() == original
+
+
+def test_healthcheck_starts_without_inspect(sandbox: Sandbox) -> None:
+    """status/version skip Nuitka's start-up import of inspect; run-like starts keep it."""
+    verbose = {"DATA_DIR": "/data", "PYTHONVERBOSE": "1"}
+    for argv in (["status"], ["version"], ["version", "--json"]):
+        r = sandbox.run([INSTALL_PATH, *argv], env=verbose, timeout=60)
+        assert "import 'gantry.cli'" in r.stderr, r.stderr[-2000:]  # verbose mode did work
+        assert "import 'inspect'" not in r.stderr, argv
+    r = sandbox.run([INSTALL_PATH, "version", "--import-times", "json"], env=verbose, timeout=60)
+    assert r.returncode == 0 and "import 'inspect'" in r.stderr
+
+
 def test_bad_cron_tz_fails_boot_clearly(sandbox: Sandbox, start: Any) -> None:
     run = start(_run_env("http://127.0.0.1:9/v1", CRON_TZ="Mars/Olympus"),
                 data=sandbox.new_data_dir("data-bad-tz"))
