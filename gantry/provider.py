@@ -12,6 +12,7 @@ import email.utils
 import json
 import logging
 import random
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
@@ -207,6 +208,7 @@ class Provider:
         timeout: float = 120.0,
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        verify: ssl.SSLContext | bool = True,
         sleep: Callable[[float], Awaitable[Any]] = anyio.sleep,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
@@ -231,6 +233,7 @@ class Provider:
             headers=headers,
             timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
             transport=transport,
+            verify=verify,
         )
 
     async def __aenter__(self) -> Provider:

@@ -79,7 +79,7 @@ class Turns:
             scope.cancel()
 
 
-def build_channel(cfg: Config, conn: Any) -> Any:
+def build_channel(cfg: Config, conn: Any, ssl_context: Any = None) -> Any:
     """The configured channel; aiogram is imported only for CHANNEL=telegram."""
     if cfg.channel == "stdio":
         from gantry.channel.stdio import StdioChannel
@@ -93,6 +93,7 @@ def build_channel(cfg: Config, conn: Any) -> Any:
         conn,
         api_url=cfg.telegram_api_url,
         stream_replies=cfg.stream_replies,
+        ssl_context=ssl_context,
     )
 
 
@@ -144,14 +145,19 @@ async def serve(cfg: Config) -> None:
     from gantry.agent import Agent
     from gantry.provider import Provider
     from gantry.session import SessionStore
+    from gantry.tls import TLSConfigError, ca_context
     from gantry.tools import Registry
 
     db.ensure_data_dir(cfg.data_dir)
     conn = db.connect(cfg.db_path)
     persona = PersonaHolder(cfg.persona_dir)
     persona.load()
-    channel = build_channel(cfg, conn)
-    provider = Provider(cfg.llm_base_url, cfg.llm_api_key, cfg.llm_model)
+    try:
+        tls = ca_context()
+    except TLSConfigError as exc:
+        raise BootError(str(exc)) from None
+    channel = build_channel(cfg, conn, tls)
+    provider = Provider(cfg.llm_base_url, cfg.llm_api_key, cfg.llm_model, verify=tls)
     registry = Registry(result_max_chars=cfg.tool_result_max_chars)
     agent = Agent(
         model=provider,

@@ -74,6 +74,8 @@ def test_sighup_reloads_persona(tmp_path: Path) -> None:
         ("bad_persona", "not valid UTF-8"),
         ("unwritable_data", "DATA_DIR"),
         ("newer_db", "newer than this gantry"),
+        ("missing_ca_file", "SSL_CERT_FILE=/nonexistent/ca.pem cannot be read"),
+        ("ca_dir_not_a_dir", "SSL_CERT_DIR=/nonexistent/certs is not a directory"),
     ],
 )
 def test_boot_problems_exit_1_with_one_message(tmp_path: Path, setup: str, needle: str) -> None:
@@ -83,6 +85,10 @@ def test_boot_problems_exit_1_with_one_message(tmp_path: Path, setup: str, needl
         (tmp_path / "p" / "PERSONA.md").write_bytes(b"caf\xe9")
     elif setup == "unwritable_data":
         env["DATA_DIR"] = "/proc/gantry-cannot-create"
+    elif setup == "missing_ca_file":
+        env["SSL_CERT_FILE"] = "/nonexistent/ca.pem"
+    elif setup == "ca_dir_not_a_dir":
+        env["SSL_CERT_DIR"] = "/nonexistent/certs"
     else:
         import apsw
 

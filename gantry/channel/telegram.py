@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any
@@ -56,6 +57,16 @@ DELIVERY_GRACE = 10.0
 PLACEHOLDER = "…"
 
 
+class _Session(AiohttpSession):
+    """aiogram's session, verifying Telegram against the CA certificates gantry chose
+    (gantry.tls); aiogram itself always uses certifi's bundle."""
+
+    def __init__(self, ssl_context: ssl.SSLContext | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if ssl_context is not None:
+            self._connector_init["ssl"] = ssl_context
+
+
 class BotTokenRejected(Exception):
     """Telegram said 401: the token is wrong or revoked. Fatal at boot."""
 
@@ -100,12 +111,13 @@ class TelegramChannel:
         api_url: str = "https://api.telegram.org",
         stream_replies: bool = False,
         poll_timeout: int = POLL_TIMEOUT,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.allowed = frozenset(allowed_users)
         self.store = TelegramStore(conn)
         self.stream_replies = stream_replies
         self.poll_timeout = poll_timeout
-        session = AiohttpSession(api=TelegramAPIServer.from_base(api_url.rstrip("/")))
+        session = _Session(ssl_context, api=TelegramAPIServer.from_base(api_url.rstrip("/")))
         self.bot = Bot(token, session=session)
         self._active: set[int] = set()
         self._edit_at: dict[int, float] = {}  # chat → earliest time the next edit may go

@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from tests.binary.conftest import PKI, ROOT
+from tests.binary.conftest import ROOT
 from tests.binary.rootfs import CA_BUNDLE, INSTALL_PATH, Sandbox
+from tests.fakes.pki import PKI
 from tests.procs import ChildIO
 
 pytestmark = [pytest.mark.binary, pytest.mark.slow]
@@ -301,8 +302,7 @@ class TLSProxy:
     """TLS on 127.0.0.1 in front of the fake (plain HTTP) server, with the test CA's cert."""
 
     def __init__(self, pki: PKI, upstream_port: int) -> None:
-        self.ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        self.ctx.load_cert_chain(pki.cert_file, pki.key_file)
+        self.ctx = pki.server_context()
         self.upstream_port = upstream_port
         self.loop = asyncio.new_event_loop()
         self.port = 0
@@ -348,6 +348,10 @@ class TLSProxy:
     @property
     def base_url(self) -> str:
         return f"https://127.0.0.1:{self.port}/v1"
+
+    @property
+    def origin(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -395,3 +399,37 @@ def test_https_fails_clearly_when_the_ca_is_not_in_the_bundle(
     assert "Sorry" in reply, reply
     run.wait_stderr("CERTIFICATE_VERIFY_FAILED")
     assert run.stop() == 0
+
+
+def test_telegram_over_https_trusts_the_image_bundle(
+    sandbox: Sandbox, start: Any, fake_openai: Any, pki: PKI, bundle_with_test_ca: Path
+) -> None:
+    """aiogram on its own would only trust the certifi copy inside the binary; gantry gives it
+    the image's bundle ($SSL_CERT_FILE), so a private Bot API server behind a private CA works."""
+    from tests.fakes.telegram import FakeTelegram
+
+    tg = FakeTelegram()
+    tg_url = tg.start_in_thread()
+    proxy = TLSProxy(pki, int(tg_url.rsplit(":", 1)[1]))
+    try:
+        run = start(
+            _run_env(fake_openai.base_url, CHANNEL="telegram", TELEGRAM_BOT_TOKEN="123456:tls",
+                     TELEGRAM_ALLOWED_USERS="7", TELEGRAM_API_URL=proxy.origin),
+            data=sandbox.new_data_dir("data-telegram-tls"),
+            extra_binds={CA_BUNDLE: bundle_with_test_ca},
+        )
+        run.wait_stderr('"receiving"')
+        tg.push_text(user_id=7, text="private bot api")
+        assert "echo: private bot api" in tg.wait_sent_sync(chat_id=7, timeout=WAIT)
+        assert run.stop(signal.SIGTERM) == 0, run.stderr[-3000:]
+    finally:
+        proxy.close()
+        tg.stop()
+
+
+def test_unusable_ssl_cert_file_fails_boot_clearly(sandbox: Sandbox, start: Any) -> None:
+    run = start(_run_env("http://127.0.0.1:9/v1", SSL_CERT_FILE="/etc/ssl/certs/missing.crt"),
+                data=sandbox.new_data_dir("data-bad-ca"))
+    assert run.wait() == 1
+    assert "SSL_CERT_FILE=/etc/ssl/certs/missing.crt cannot be read" in run.stderr
+    assert "Traceback" not in run.stderr

@@ -5,6 +5,7 @@ run either in the caller's event loop (`async with`) or on its own loop in a dae
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 from typing import Self
 
@@ -17,7 +18,8 @@ class LoopbackServer:
     name = "fake server"
     url_suffix = ""
 
-    def __init__(self) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.ssl_context = ssl_context  # serve HTTPS with it (tests.fakes.pki)
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
         self._server_loop: asyncio.AbstractEventLoop | None = None
@@ -33,7 +35,8 @@ class LoopbackServer:
             raise RuntimeError(
                 f"{type(self).__name__} is not started: use `async with` or start_in_thread()"
             )
-        return f"http://127.0.0.1:{self._port}{self.url_suffix}"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://127.0.0.1:{self._port}{self.url_suffix}"
 
     async def start(self) -> str:
         """Listen on an ephemeral loopback port in the running loop; return the base URL."""
@@ -41,7 +44,7 @@ class LoopbackServer:
         self._routes(app)
         runner = web.AppRunner(app, shutdown_timeout=0.5, handler_cancellation=True)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=self.ssl_context)
         await site.start()
         self._port = int(runner.addresses[0][1])
         self._runner = runner

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import threading
 import time
 import uuid
@@ -269,9 +270,10 @@ class FakeOpenAI(LoopbackServer):
         api_key: str | None = None,
         model: str = "fake-model",
         default: Script | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         """`api_key` set → requests without `Bearer <api_key>` get a 401 like OpenAI's."""
-        super().__init__()
+        super().__init__(ssl_context)
         self.api_key = api_key
         self.model = model
         self.default: Script = default or Echo()

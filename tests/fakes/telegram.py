@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import ssl
 import threading
 import time
 from collections import deque
@@ -183,9 +184,10 @@ class FakeTelegram(LoopbackServer):
         bot_username: str = "gantry_test_bot",
         webhook_active: bool = False,
         first_update_id: int = 100_000,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         """`token` set → other tokens get 401 Unauthorized, as from the real API."""
-        super().__init__()
+        super().__init__(ssl_context)
         self.token = token
         self.bot_user: dict[str, Any] = {
             "id": bot_id,
