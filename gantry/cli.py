@@ -36,7 +36,7 @@ def quick_parse(argv: list[str]) -> dict[str, Any] | None:
     spec = LEAN_OPTIONS[argv[0]]
     out: dict[str, Any] = {"command": argv[0]}
     for option, kind in spec.items():
-        out[option[2:].replace("-", "_")] = False if kind is None else None
+        out[_dest(option)] = False if kind is None else None
     rest = iter(argv[1:])
     for token in rest:
         option, eq, value = token.partition("=")
@@ -46,7 +46,7 @@ def quick_parse(argv: list[str]) -> dict[str, Any] | None:
         if kind is None:
             if eq:
                 return None
-            out[option[2:].replace("-", "_")] = True
+            out[_dest(option)] = True
             continue
         if not eq:
             nxt = next(rest, None)
@@ -54,10 +54,15 @@ def quick_parse(argv: list[str]) -> dict[str, Any] | None:
                 return None
             value = nxt
         try:
-            out[option[2:].replace("-", "_")] = kind(value)
+            out[_dest(option)] = kind(value)
         except ValueError:
             return None
     return out
+
+
+def _dest(option: str) -> str:
+    """argparse's attribute name for a long option: --max-age → max_age."""
+    return option[2:].replace("-", "_")
 
 
 class _Args:
