@@ -9,6 +9,7 @@ script and the binary smoke test use.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shlex
 import sys
@@ -65,9 +66,10 @@ def _size_bytes(value: str) -> int:
 
 
 def _min_tmp_bytes() -> int:
-    """The unpacked payload is about the size of the binary; ask for 1.5x that much /tmp."""
-    binary = ROOT / "dist" / "gantry"
-    return int(binary.stat().st_size * 1.5) if binary.exists() else 150 * 1024**2
+    """Room for the unpacked payload (recorded by the build; ~3x the compressed file) + 50%."""
+    record = ROOT / "dist" / "gantry-build.json"
+    payload = json.loads(record.read_text()).get("payload_bytes") if record.exists() else None
+    return int(payload * 1.5) if payload else 150 * 1024**2
 
 
 # ----------------------------------------------------------------------------- build script
