@@ -353,13 +353,25 @@ class TelegramChannel:
                         extra={"error": exc.message[:200]})
             await self._send(chat, part)
 
+    async def _edit_slot(self, chat: int, *, skip_if_busy: bool = False) -> bool:
+        """Take the chat's next edit slot (Telegram allows about one edit per second per chat):
+        wait for it, or return False at once when `skip_if_busy` and it is not free yet."""
+        wait = self._edit_at.get(chat, 0.0) - anyio.current_time()
+        if wait > 0:
+            if skip_if_busy:
+                return False
+            await anyio.sleep(wait)
+        self._edit_at[chat] = anyio.current_time() + EDIT_GAP
+        return True
+
+    def _edit_later(self, chat: int, seconds: float) -> None:
+        """Telegram said retry_after: no edit in this chat before then."""
+        self._edit_at[chat] = anyio.current_time() + seconds
+
     async def _edit(self, chat: int, message_id: int, text: str, entities: list[Any]) -> None:
         """editMessageText; edits are idempotent, so transient failures are simply retried."""
         for attempt in range(4):
-            wait = self._edit_at.get(chat, 0.0) - anyio.current_time()
-            if wait > 0:
-                await anyio.sleep(wait)
-            self._edit_at[chat] = anyio.current_time() + EDIT_GAP
+            await self._edit_slot(chat)
             try:
                 await self.bot.edit_message_text(
                     text=text, chat_id=chat, message_id=message_id,
@@ -368,7 +380,7 @@ class TelegramChannel:
             except TelegramRetryAfter as exc:
                 if attempt == 3:
                     raise
-                self._edit_at[chat] = anyio.current_time() + exc.retry_after
+                self._edit_later(chat, exc.retry_after)
             except (TelegramNetworkError, TelegramServerError):
                 if attempt == 3:
                     raise
@@ -427,7 +439,7 @@ class TelegramStream:
             return
         self.message_ids.append(mid)
         self.shown = self.text or PLACEHOLDER
-        self.ch._edit_at[self.row.chat_id] = anyio.current_time() + EDIT_GAP
+        self.ch._edit_later(self.row.chat_id, EDIT_GAP)  # a new message counts as an edit
         self.ch.store.set_stream_msgs(self.row.update_id, self.message_ids)
 
     async def _show(self, text: str, force: bool = False) -> None:
@@ -435,19 +447,14 @@ class TelegramStream:
         chat = self.row.chat_id
         if not self.message_ids or not text.strip() or text == self.shown:
             return
-        wait = self.ch._edit_at.get(chat, 0.0) - anyio.current_time()
-        if wait > 0:
-            if not force:
-                return
-            await anyio.sleep(wait)
-        now = anyio.current_time()
-        self.ch._edit_at[chat] = now + EDIT_GAP
+        if not await self.ch._edit_slot(chat, skip_if_busy=not force):
+            return
         try:
             await self.ch.bot.edit_message_text(text=text, chat_id=chat,
                                                 message_id=self.message_ids[-1], parse_mode=None)
             self.shown = text
         except TelegramRetryAfter as exc:
-            self.ch._edit_at[chat] = now + exc.retry_after
+            self.ch._edit_later(chat, exc.retry_after)
         except TelegramBadRequest as exc:
             if _not_modified(exc):
                 self.shown = text
