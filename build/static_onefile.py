@@ -232,3 +232,19 @@ class GantryStaticOnefile(NuitkaPluginBase):
         if _has_interp(filename):
             self.sysexit(f"{filename} still has an ELF interpreter: bootstrap is not static")
         self.info(f"{filename}: statically linked bootstrap, payload carries its own loader")
+        self._forget_compressed_bin()
+
+    def _forget_compressed_bin(self) -> None:
+        """Drop this build's compressed .bin from Nuitka's compression cache.
+
+        Every other payload file is reused from that cache by the next build, but the .bin
+        embeds the build info, so its ~11 MB entry would never be hit again and the cache
+        (kept between CI runs) would grow by that much per build.
+        """
+        from nuitka.tools.onefile_compressor.OnefileCompressor import _getCacheFilename
+
+        binary = getResultFullpath(onefile=False, real=True)
+        entry = _getCacheFilename(binary_filename=binary, low_memory=Options.isLowMemory())
+        if os.path.exists(entry):
+            os.unlink(entry)
+            self.info("dropped this build's compressed .bin from the compression cache")
