@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import ssl
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,7 +80,7 @@ class Turns:
             scope.cancel()
 
 
-def build_channel(cfg: Config, conn: Any, ssl_context: Any = None) -> Any:
+def build_channel(cfg: Config, conn: Any, ssl_context: ssl.SSLContext | None = None) -> Any:
     """The configured channel; aiogram is imported only for CHANNEL=telegram."""
     if cfg.channel == "stdio":
         from gantry.channel.stdio import StdioChannel

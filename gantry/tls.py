@@ -42,7 +42,7 @@ def ca_context(environ: Mapping[str, str] | None = None) -> ssl.SSLContext:
             )
         return ssl.create_default_context(capath=where)
     try:
-        ctx = ssl.create_default_context(cafile=where)
+        return ssl.create_default_context(cafile=where)
     except ssl.SSLError as exc:  # before OSError: SSLError is one
         raise TLSConfigError(
             f"{name}={where} holds no usable CA certificates ({exc.reason or exc}); point it "
@@ -53,6 +53,3 @@ def ca_context(environ: Mapping[str, str] | None = None) -> ssl.SSLContext:
             f"{name}={where} cannot be read ({exc.strerror or exc}); point it at a PEM "
             "bundle of CA certificates or unset it"
         ) from None
-    if not ctx.get_ca_certs():
-        raise TLSConfigError(f"{name}={where} holds no CA certificates; point it at a PEM bundle")
-    return ctx

@@ -6,6 +6,8 @@ Shared by the end-to-end tests that run `gantry run` as a subprocess (source or 
 from __future__ import annotations
 
 import codecs
+import os
+import signal
 import subprocess
 import threading
 import time
@@ -100,11 +102,30 @@ class ChildIO:
 
     def wait_exit(self, timeout: float | None = None) -> int:
         """The exit code of a process ending by itself; output is complete afterwards."""
+        return self._wait(timeout, "exit")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float | None = None) -> int:
+        """Send `sig` by PID (if still running) and return the exit code."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+        return self._wait(timeout, f"stop after signal {sig}")
+
+    def kill(self) -> None:
+        """Teardown: SIGKILL by PID if still running, then release the pipes."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self.join()
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
+
+    def _wait(self, timeout: float | None, what: str) -> int:
         timeout = self.default_wait if timeout is None else timeout
         try:
             code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"gantry did not exit within {timeout} s{self._diag()}")
+            pytest.fail(f"gantry did not {what} within {timeout} s{self._diag()}")
         self.join()
         return code
 

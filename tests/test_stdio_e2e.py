@@ -108,17 +108,6 @@ class Gantry(ChildIO):
     def wait_exit(self, timeout: float | None = EXIT_WAIT) -> int:
         return super().wait_exit(timeout)
 
-    def kill(self) -> None:
-        """Teardown: SIGKILL by PID if still running, then release the pipes."""
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(5)
-        self.close_stdin()
-        self.join()
-        for pipe in (self.proc.stdout, self.proc.stderr):
-            if pipe is not None:
-                pipe.close()
-
     def status(self, *args: str) -> subprocess.CompletedProcess[str]:
         """`python -m gantry status` against the same DATA_DIR (the container healthcheck)."""
         return subprocess.run(

@@ -107,3 +107,9 @@ async def test_model_calls_trust_the_chosen_ca(tmp_path: Path, pki: PKI) -> None
             assert await trusting.complete([UserMessage("hi")])
             with pytest.raises(ProviderError, match="CERTIFICATE_VERIFY_FAILED"):
                 await untrusting.complete([UserMessage("hi")])
+
+
+def test_a_pinned_server_certificate_is_accepted(pki: PKI) -> None:
+    """A bundle holding only a (non-CA) server certificate is a valid OpenSSL trust anchor."""
+    ctx = ca_context({"SSL_CERT_FILE": str(pki.cert_file)})
+    assert ctx.verify_mode == ssl.CERT_REQUIRED

@@ -7,7 +7,6 @@ the image's CA bundle, and resolves time zones from the image's tzdata.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import signal
 import ssl
@@ -67,24 +66,8 @@ class Running(ChildIO):
         """The exit code of a run that ends by itself (e.g. a boot failure)."""
         return self.wait_exit(timeout)
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_WAIT) -> int:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, sig)
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"gantry did not stop within {timeout} s of {sig}{self._diag()}")
-        self.join()
-        return code
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        self.join()
-        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if pipe is not None and not pipe.closed:
-                pipe.close()
+    def stop(self, sig: int = signal.SIGTERM, timeout: float | None = STOP_WAIT) -> int:
+        return super().stop(sig, timeout)
 
 
 @pytest.fixture
