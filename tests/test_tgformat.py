@@ -6,6 +6,7 @@ a part one unit too long, an entity offset off by a surrogate — only show on o
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import Counter
 
@@ -131,6 +132,135 @@ def test_split_long_runs_at_telegram_limit(count: int, unit: str) -> None:
     parts = split_message(rendered)
     _check_parts(rendered, parts, TELEGRAM_LIMIT)
     assert all(p.entities and p.entities[0].type == "pre" for p in parts)
+
+
+# Text without combining marks, ZWJ sequences or CR: here a hard cut never has to back off,
+# so the minimum part size is exact rather than "where it can".
+_PLAIN_PIECES = st.sampled_from(
+    [" ", "\n", "\n\n", "\t", ". ", "! ", "。", "！", "😀", "word", "длинное", "中文字", "𝔘𝔫𝔦"]
+)
+_PLAIN_TEXT = st.lists(
+    st.one_of(
+        _PLAIN_PIECES,
+        st.text(alphabet="ab .\n中文。😀", min_size=1, max_size=30),
+        st.text(alphabet="xy😀中", min_size=20, max_size=200),
+    ),
+    max_size=40,
+).map("".join)
+_BREAK_ENDS = frozenset(" \t\n。！？")
+
+
+@st.composite
+def plain_inputs(draw: st.DrawFn) -> tuple[Rendered, int]:
+    text = draw(_PLAIN_TEXT)
+    limit = draw(st.integers(min_value=2, max_value=80))
+    prefix = [0]
+    for ch in text:
+        prefix.append(prefix[-1] + utf16_len(ch))
+    entities: list[Entity] = []
+    if text:
+        for _ in range(draw(st.integers(0, 4))):
+            i = draw(st.integers(0, len(text) - 1))
+            j = draw(st.integers(i + 1, min(len(text), i + draw(st.integers(1, 120)))))
+            kind = draw(st.sampled_from(["bold", "pre", "text_link"]))
+            url = "https://e.x/" if kind == "text_link" else None
+            entities.append(Entity(kind, prefix[i], prefix[j] - prefix[i], url=url))
+    return Rendered(text, entities), limit
+
+
+def _check_no_fragments(original: Rendered, parts: list[Rendered], limit: int) -> None:
+    """Every part but the last is at least half the limit, unless the next part starts with
+    an entity that fits in one message (kept whole); a short part ends at a break point."""
+    end = 0
+    keep_starts = {e.offset for e in original.entities if e.length <= limit}
+    for part in parts[:-1]:
+        n = utf16_len(part.text)
+        end += n
+        assert n >= limit // 2 or end in keep_starts, (n, limit, part.text)
+        if n < limit - 1 and end not in keep_starts:
+            assert part.text[-1] in _BREAK_ENDS, part.text
+
+
+@given(plain_inputs())
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_split_never_leaves_a_fragment_unless_an_entity_forces_it(
+    data: tuple[Rendered, int],
+) -> None:
+    rendered, limit = data
+    parts = split_message(rendered, limit)
+    _check_parts(rendered, parts, limit)
+    _check_no_fragments(rendered, parts, limit)
+
+
+@given(plain_inputs())
+@settings(max_examples=200, deadline=None)
+def test_split_without_entities_has_no_fragment_at_all(data: tuple[Rendered, int]) -> None:
+    rendered, limit = data
+    parts = split_text(rendered.text, limit)
+    assert "".join(parts) == rendered.text
+    assert all(utf16_len(p) >= limit // 2 for p in parts[:-1])
+
+
+@given(rendered_inputs())
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_split_never_separates_cr_from_lf(data: tuple[Rendered, int]) -> None:
+    rendered, limit = data
+    parts = split_message(rendered, limit)
+    for a, b in itertools.pairwise(parts):
+        assert not (a.text.endswith("\r") and b.text.startswith("\n"))
+
+
+def test_one_early_space_does_not_make_a_tiny_first_part() -> None:
+    text = "RE: " + "x" * 10_000
+    parts = split_text(text)
+    assert [utf16_len(p) for p in parts] == [4096, 4096, 10_004 - 8192]
+
+
+def test_text_without_any_break_is_cut_hard_at_the_limit() -> None:
+    blob = "QUJD" * 3000  # base64-like, 12,000 units
+    assert [len(p) for p in split_text(blob)] == [4096, 4096, 3808]
+    url = "see https://example.com/" + "a/b?c=d&" * 1500
+    parts = split_text(url)
+    assert utf16_len(parts[0]) == 4096 and "".join(parts) == url
+
+
+def test_cjk_text_is_cut_at_sentence_ends() -> None:
+    sentence = "これは日本語の文です。"  # 11 units, no spaces anywhere
+    text = sentence * 1000
+    parts = split_text(text)
+    assert "".join(parts) == text
+    assert all(p.endswith("。") for p in parts)
+    assert all(utf16_len(p) >= 2048 for p in parts[:-1])
+    chinese = "这是中文句子吗？是的！" * 800
+    parts = split_text(chinese)
+    assert all(p[-1] in "？！" and utf16_len(p) > 4000 for p in parts[:-1])
+
+
+def test_cjk_text_without_punctuation_is_cut_hard_never_in_a_pair() -> None:
+    text = "漢字𠀋" * 3000  # 𠀋 is astral: two units
+    parts = split_text(text)
+    assert "".join(parts) == text
+    assert all(utf16_len(p) in (4095, 4096) for p in parts[:-1])
+    for p in parts:
+        p.encode("utf-16-le")  # no half pair at either end
+
+
+def test_break_preference_within_the_last_half() -> None:
+    def first(text: str) -> str:
+        return split_text(text, 100)[0]
+
+    # a blank line in the last half wins over a later line end
+    assert first("a" * 60 + "\n\n" + "b" * 20 + "\n" + "c" * 100).endswith("a\n\n")
+    # a blank line in the first half is ignored for a later line end
+    assert first("a" * 20 + "\n\n" + "b" * 60 + "\n" + "c" * 100) == (
+        "a" * 20 + "\n\n" + "b" * 60 + "\n"
+    )
+    # sentence end beats a later space; "3.14" is no sentence end
+    assert first("w" * 55 + ". " + "x" * 20 + " 3.14" + "y" * 100).endswith("w. ")
+    # a space when nothing better is in the last half
+    assert first("v" * 70 + " " + "z" * 100) == "v" * 70 + " "
+    # nothing in the last half: hard cut at the limit
+    assert first("v" * 10 + " " + "z" * 200) == "v" * 10 + " " + "z" * 89
 
 
 def test_raw_surrogate_pair_code_points_are_never_separated() -> None:

@@ -275,8 +275,14 @@ def render_markdown(markdown: str) -> Rendered:
 
 _PARAGRAPH = re.compile(r"\n[^\S\n]*\n(?:[^\S\n]*\n)*")
 _LINE = re.compile(r"\n")
+# A sentence end: Latin punctuation needs a following space ("3.14", "ex.com" are no ends);
+# CJK full-width punctuation needs none. Horizontal space only (never splits a CRLF).
+_SENTENCE = re.compile(
+    r"[.!?][\"')\]\u201d\u2019\u00bb]*[^\S\r\n]+"
+    r"|[\u3002\uff01\uff1f][\u300d\u300f\uff09\u3015\u201d\u2019]*[^\S\r\n]*"
+)
 _WORD = re.compile(r"\s+")
-_LEVELS = (_PARAGRAPH, _LINE, _WORD)
+_LEVELS = (_PARAGRAPH, _LINE, _SENTENCE, _WORD)
 _ZWJ = "\u200d"
 
 
@@ -329,26 +335,35 @@ def _choose_cut(
 
     `entities` are those starting before the window's end; ones already closed are ignored.
 
-    Preference: paragraph > line > word boundary, at least half full, not inside an
-    entity; then any such boundary not inside an entity (moves the cut before e.g. a code
-    block); then boundaries that split an entity; then a hard cut at `hi`.
+    A formatting entity that fits in one message (a code block, a link) is *kept*: if it
+    straddles the window's end, the window ends where it starts, even if that leaves a short
+    part. Longer entities are split like plain text. Within the window a cut goes at the
+    last blank line, else line end, else sentence end, else space — but only one in the
+    last half of the window (so no tiny fragment precedes a long word, URL or CJK run)
+    and, if possible, not inside any entity. Failing all that, a hard cut at the window's
+    end, moved off a surrogate pair, CRLF or combining sequence.
     """
     base = prefix[start]
     window = [e for e in entities if e.end > base]
-    candidates = [[m.end() for m in level.finditer(text, start, hi)] for level in _LEVELS]
-    for avoid_entities, min_fill in (
-        (True, limit // 2),
-        (True, 1),
-        (False, limit // 2),
-        (False, 1),
-    ):
+    keep = [e for e in window if e.offset > base and e.length <= limit]
+    straddling = [e.offset for e in keep if e.offset < prefix[hi] < e.end]
+    if straddling:
+        ceiling = bisect_right(prefix, min(straddling), lo=start) - 1
+        if ceiling > start:
+            hi = ceiling
+    min_fill = limit // 2
+    candidates = [
+        [m.end() for m in level.finditer(text, start, hi)
+         if m.end() >= len(text) or not _bad_cut(text, m.end())]
+        for level in _LEVELS
+    ]
+    for avoid in (window, keep):
         for cuts in candidates:
             for c in reversed(cuts):
                 if prefix[c] - base < min_fill:
                     break
-                if avoid_entities and _inside(prefix[c], window):
-                    continue
-                return c
+                if not _inside(prefix[c], avoid):
+                    return c
     return _safe_cut(text, start, hi)
 
 
@@ -372,9 +387,12 @@ def split_message(rendered: Rendered, limit: int = TELEGRAM_LIMIT) -> list[Rende
     - Every part is non-empty and `utf16_len(part.text) <= limit`. Empty input gives `[]`.
       A part can be whitespace-only only if the input has a whitespace run near `limit`
       long; senders should skip such parts.
-    - Cuts prefer blank lines, then line ends, then spaces, and avoid falling inside an
-      entity; when they must (a code block longer than `limit`), the entity is clipped into
-      one piece per part. Each part's entities are re-based to that part and lie within it.
+    - Cuts prefer blank lines, then line ends, then sentence ends (`. ! ? 。！？`), then
+      spaces, each only in the last half of the window; otherwise the cut is hard, at the
+      limit. So no part but the last is shorter than `limit // 2` unless an entity that
+      fits in one message would otherwise be split: such an entity is moved whole into the
+      next part. Longer entities (a code block over `limit`) are clipped into one piece per
+      part. Each part's entities are re-based to that part and lie within it.
     - No cut falls inside a surrogate pair or CRLF, and a hard cut inside a long word
       avoids separating combining marks/ZWJ sequences where it can.
     - Entities are clipped to the text; zero-length ones are dropped.
