@@ -109,7 +109,7 @@ class Agent:
                     return self.status(msg.session_id)
                 if command in ("/help", "/start"):
                     return HELP
-                return await self._turn(msg.session_id, msg.text, stream)
+                return await self._turn(msg.session_id, msg.text, stream, recall=not msg.group)
             finally:
                 self._inflight -= 1
                 if self._inflight == 0 and self._idle is not None:
@@ -139,7 +139,10 @@ class Agent:
 
     # ------------------------------------------------------------------ the turn
 
-    async def _turn(self, session_id: str, text: str, stream: ReplyStream | None) -> str:
+    async def _turn(
+        self, session_id: str, text: str, stream: ReplyStream | None, *, recall: bool = True
+    ) -> str:
+        """One turn; `recall=False` (a group chat) leaves long-term memory out of the prompt."""
         from gantry.provider import ProviderError
 
         started = time.monotonic()
@@ -150,7 +153,7 @@ class Agent:
             history.append(user)
         summary = self.sessions.summary(session_id)
         try:
-            memory = await self.memory_block(session_id, text)
+            memory = await self.memory_block(session_id, text) if recall else ""
         except Exception:
             log.exception("memory hydration failed; continuing without it")
             memory = ""

@@ -17,6 +17,7 @@ import msgspec
 SECRETS = ("LLM_API_KEY", "TELEGRAM_BOT_TOKEN")
 CHANNELS = ("telegram", "stdio")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+TELEGRAM_GROUP_MODES = ("off", "mention")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 _MCP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
@@ -32,6 +33,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     telegram_bot_token: str = ""
     telegram_allowed_users: tuple[int, ...] = ()
     telegram_api_url: str = "https://api.telegram.org"
+    telegram_groups: str = "off"
     channel: str = "telegram"
     persona_dir: str = "/persona"
     data_dir: str = "/data"
@@ -196,6 +198,15 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
         token = values.get("telegram_bot_token")
         if token is not None and not _BOT_TOKEN.fullmatch(token):
             problems.append("TELEGRAM_BOT_TOKEN does not look like a bot token (<digits>:<key>)")
+
+    groups = values.get("telegram_groups", "off").lower()
+    if groups not in TELEGRAM_GROUP_MODES:
+        problems.append(
+            f"TELEGRAM_GROUPS must be one of {', '.join(TELEGRAM_GROUP_MODES)}, "
+            f"got {groups[:40]!r}"
+        )
+    else:
+        values["telegram_groups"] = groups
 
     level = values.get("log_level", "info").lower()
     if level not in LOG_LEVELS:

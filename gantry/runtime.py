@@ -93,6 +93,7 @@ def build_channel(cfg: Config, conn: Any, ssl_context: ssl.SSLContext | None = N
         cfg.telegram_allowed_users,
         conn,
         api_url=cfg.telegram_api_url,
+        groups=cfg.telegram_groups,
         stream_replies=cfg.stream_replies,
         ssl_context=ssl_context,
     )

@@ -201,3 +201,19 @@ async def test_streaming_turn(fake: FakeOpenAI, tmp_path: Path) -> None:
     reply = await agent(msg("1+2"), Stream())
     assert reply == "three it is"
     assert "".join(events) == "let me see<discard>three it is"
+
+
+async def test_group_messages_get_no_memory_block(fake: FakeOpenAI, tmp_path: Path) -> None:
+    recalled: list[str] = []
+
+    async def memory(session_id: str, text: str) -> str:
+        recalled.append(text)
+        return "Remembered: the user's bank is ExampleBank."
+
+    agent = make_agent(fake, tmp_path, memory_block=memory)
+    assert await agent(msg("in private")) == "echo: in private"
+    assert "ExampleBank" in fake.last_request.messages[0]["content"]
+    group = Inbound(channel="test", chat_id="-100", user_id="u", text="in a group", group=True)
+    assert await agent(group) == "echo: in a group"
+    assert "ExampleBank" not in fake.last_request.messages[0]["content"]
+    assert recalled == ["in private"]

@@ -25,6 +25,9 @@ class Inbound(msgspec.Struct, frozen=True):
     user_id: str
     text: str
     message_id: str = ""
+    group: bool = False
+    """Sent in a chat others can read (a Telegram group): the agent recalls no long-term
+    memory into the reply, since everyone in the chat would read what it recalled."""
 
     @property
     def session_id(self) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import ssl
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +32,7 @@ from aiogram.types import BotCommand, Update
 
 from gantry.channel.base import Inbound, Responder, TurnAborted
 from gantry.channel.telegram_store import Accepted, Pending, TelegramStore
+from gantry.channel.tgfilter import GROUP_CHATS, LogOnce, addressed
 from gantry.channel.tgformat import (
     TELEGRAM_LIMIT,
     Rendered,
@@ -52,7 +52,7 @@ COMMANDS = [("new", "start a new conversation"), ("status", "uptime, model, hist
 NON_TEXT_REPLY = "I can only read text messages for now."
 TYPING_EVERY = 4.0
 EDIT_GAP = 1.0
-STRANGER_LOG_EVERY = 3600.0
+STRANGER_LOG_EVERY = 3600.0  # also how often an ignored group chat is logged
 DELIVERY_GRACE = 10.0
 PLACEHOLDER = "…"
 
@@ -109,6 +109,7 @@ class TelegramChannel:
         conn: object,
         *,
         api_url: str = "https://api.telegram.org",
+        groups: str = "off",
         stream_replies: bool = False,
         poll_timeout: int = POLL_TIMEOUT,
         ssl_context: ssl.SSLContext | None = None,
@@ -121,7 +122,11 @@ class TelegramChannel:
         self.bot = Bot(token, session=session)
         self._active: set[int] = set()
         self._edit_at: dict[int, float] = {}  # chat → earliest time the next edit may go
-        self._strangers: dict[int, float] = {}
+        self.groups = groups
+        self._strangers = LogOnce(STRANGER_LOG_EVERY)
+        self._group_log = LogOnce(STRANGER_LOG_EVERY)
+        self._me_id = 0
+        self._me_username = ""
         self._tg: Any = None
         self._respond: Responder | None = None
 
@@ -148,6 +153,7 @@ class TelegramChannel:
         while True:
             try:
                 me = await self.bot.get_me()
+                self._me_id, self._me_username = me.id, me.username or ""
                 await self.bot.delete_webhook(drop_pending_updates=False)
                 await self.bot.set_my_commands([BotCommand(command=c, description=d)
                                                 for c, d in COMMANDS])
@@ -211,7 +217,7 @@ class TelegramChannel:
         accepted: list[Accepted] = []
         for upd in updates:
             msg = upd.message
-            if msg is None:
+            if msg is None or not self._chat_ok(msg):
                 continue
             user = msg.from_user.id if msg.from_user else 0
             if user not in self.allowed:
@@ -227,10 +233,24 @@ class TelegramChannel:
         for chat in dict.fromkeys(a.chat_id for a in accepted):
             self._kick(chat)
 
+    def _chat_ok(self, msg: Any) -> bool:
+        """Private chats always; groups only with TELEGRAM_GROUPS=mention and a message that
+        mentions or replies to the bot. Ignored updates are still confirmed (the offset moves
+        past them) but never stored or answered; each chat is logged at most once an hour."""
+        kind = msg.chat.type
+        if kind == "private":
+            return True
+        if self.groups == "mention" and kind in GROUP_CHATS:
+            if addressed(msg, self._me_id, self._me_username):
+                return True
+        if self._group_log.due(msg.chat.id):
+            log.info("ignored a message in a group or channel; see TELEGRAM_GROUPS",
+                     extra={"chat_id": msg.chat.id, "chat_type": kind,
+                            "telegram_groups": self.groups})
+        return False
+
     def _stranger(self, user: int) -> None:
-        now = time.monotonic()
-        if now - self._strangers.get(user, -STRANGER_LOG_EVERY) >= STRANGER_LOG_EVERY:
-            self._strangers[user] = now
+        if self._strangers.due(user):
             log.warning("ignored a message from a user not in TELEGRAM_ALLOWED_USERS",
                         extra={"user_id": user})
 
@@ -268,8 +288,11 @@ class TelegramChannel:
 
     async def _answer(self, row: Pending) -> str:
         assert self._respond is not None
+        # A private chat's id is its user's id; any other chat is a group (accepted only
+        # with TELEGRAM_GROUPS=mention).
         inbound = Inbound(channel=self.name, chat_id=str(row.chat_id), user_id=str(row.user_id),
-                          text=row.text, message_id=str(row.message_id))
+                          text=row.text, message_id=str(row.message_id),
+                          group=row.chat_id != row.user_id)
         stream = TelegramStream(self, row) if self.stream_replies else None
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._typing, row.chat_id)
