@@ -47,8 +47,8 @@ def test_field_names_are_the_spec_variables() -> None:
     names = {config.env_name(f.name) for f in msgspec.structs.fields(Config)}
     assert names == {
         "LLM_BASE_URL", "LLM_API_KEY", "LLM_MODEL", "TELEGRAM_BOT_TOKEN",
-        "TELEGRAM_ALLOWED_USERS", "TELEGRAM_API_URL", "TELEGRAM_GROUPS", "CHANNEL", "PERSONA_DIR", "DATA_DIR",
-        "MCP_MANIFEST",
+        "TELEGRAM_ALLOWED_USERS", "TELEGRAM_API_URL", "TELEGRAM_GROUPS", "CHANNEL",
+        "PERSONA_DIR", "DATA_DIR", "MCP_MANIFEST",
         "HISTORY_MAX_MESSAGES", "HISTORY_MAX_TOKENS", "TOOL_RESULT_MAX_CHARS",
         "TOOL_MAX_ITERATIONS", "MEMORY_ENABLED", "MEMORY_BACKEND",
         "MEMORY_CONSOLIDATE_MINUTES", "CRON_ENABLED", "CRON_TZ", "CRON_MAX_JOBS",

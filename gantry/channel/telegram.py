@@ -28,7 +28,7 @@ from aiogram.exceptions import (
     TelegramServerError,
     TelegramUnauthorizedError,
 )
-from aiogram.types import BotCommand, Update
+from aiogram.types import BotCommand, Message, Update
 
 from gantry.channel.base import Inbound, Responder, TurnAborted
 from gantry.channel.telegram_store import Accepted, Pending, TelegramStore
@@ -233,16 +233,16 @@ class TelegramChannel:
         for chat in dict.fromkeys(a.chat_id for a in accepted):
             self._kick(chat)
 
-    def _chat_ok(self, msg: Any) -> bool:
+    def _chat_ok(self, msg: Message) -> bool:
         """Private chats always; groups only with TELEGRAM_GROUPS=mention and a message that
         mentions or replies to the bot. Ignored updates are still confirmed (the offset moves
         past them) but never stored or answered; each chat is logged at most once an hour."""
         kind = msg.chat.type
         if kind == "private":
             return True
-        if self.groups == "mention" and kind in GROUP_CHATS:
-            if addressed(msg, self._me_id, self._me_username):
-                return True
+        if (self.groups == "mention" and kind in GROUP_CHATS
+                and addressed(msg, self._me_id, self._me_username)):
+            return True
         if self._group_log.due(msg.chat.id):
             log.info("ignored a message in a group or channel; see TELEGRAM_GROUPS",
                      extra={"chat_id": msg.chat.id, "chat_type": kind,
