@@ -240,9 +240,20 @@ class SessionStore:
         )
         return str(rows[0][0]) if rows else ""
 
-    def fold(self, session_id: str, summary: str, dropped_ids: Sequence[int]) -> None:
-        """Replace the summary and delete the turns it now covers, atomically."""
+    def fold(self, session_id: str, summary: str, dropped_ids: Sequence[int]) -> bool:
+        """Replace the summary and delete the turns it now covers, atomically.
+
+        False (and nothing changed) if any of those turns is gone already: the session was
+        reset or folded while the summary was being written, so the summary is stale.
+        """
         with self.conn:  # type: ignore[attr-defined]
+            present = 0
+            for i in dropped_ids:
+                present += len(self._exec(
+                    "SELECT 1 FROM session_message WHERE id = ? AND session_id = ?",
+                    (i, session_id)))
+            if present != len(dropped_ids):
+                return False
             self._exec(
                 "INSERT INTO session_summary (session_id, summary, updated_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (session_id) DO UPDATE SET summary = excluded.summary, "
@@ -251,6 +262,7 @@ class SessionStore:
             )
             for i in dropped_ids:
                 self._exec("DELETE FROM session_message WHERE id = ?", (i,))
+        return True
 
     def reset(self, session_id: str) -> None:
         """`/new`: forget the conversation (memory is untouched)."""
