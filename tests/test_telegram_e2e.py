@@ -20,7 +20,7 @@ import apsw
 import pytest
 
 from gantry.channel.tgformat import utf16_len
-from tests.fakes.openai import Echo, FakeOpenAI, Reply
+from tests.fakes.openai import Echo, FakeOpenAI, HTTPError, Reply
 from tests.fakes.telegram import FakeTelegram
 
 pytestmark = pytest.mark.slow
@@ -278,3 +278,117 @@ def test_bad_token_fails_boot(fakes: tuple[FakeTelegram, FakeOpenAI], run) -> No
     g.stop()
     assert g.proc.returncode == 1
     assert "TELEGRAM_BOT_TOKEN" in g.stderr and "wrong-token" not in g.stderr
+
+
+# ----------------------------------------------------------------------------- failure paths
+
+
+def states(data_dir: str) -> dict[str, str]:
+    """text → state of every stored update ({} before gantry created its database)."""
+    try:
+        conn = apsw.Connection(f"{data_dir}/gantry.db", flags=apsw.SQLITE_OPEN_READONLY)
+    except apsw.CantOpenError:
+        return {}
+    try:
+        conn.set_busy_timeout(2000)
+        rows = conn.execute("SELECT text, state FROM telegram_update ORDER BY update_id")
+        return {str(t): str(s) for t, s in rows}
+    except (apsw.SQLError, apsw.BusyError):  # not migrated yet, or mid-write: look again
+        return {}
+    finally:
+        conn.close()
+
+
+def test_user_blocks_bot_mid_stream_no_crash_no_loop(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run
+) -> None:
+    """STREAM_REPLIES=true and every edit answered 403 "bot was blocked by the user": the
+    process lives on, the update ends undeliverable, and a restart does not retry it."""
+    tg, llm = fakes
+    llm.push(Reply("a reply that streams " * 10, chunk_size=8, chunk_delay=0.05))
+    tg.fail("editMessageText", "blocked", times=1000)
+    g = run(STREAM_REPLIES="true")
+    tg.push_text(USER, "stream it")
+    wait(lambda: states(g.env["DATA_DIR"]).get("stream it") == "undeliverable", 90,
+         "the update marked undeliverable")
+    assert g.proc is not None and g.proc.poll() is None
+    assert g.stop() == 0
+    assert "Telegram refused the reply for good" in g.stderr
+    no_secrets(g)
+    sends = len(tg.calls("sendMessage"))
+    g2 = run(STREAM_REPLIES="true")
+    tg.push_text(USER, "/help")  # answered by the restarted process: the chat is not stuck
+    wait(lambda: len(tg.calls("sendMessage")) > sends, 90, "the /help reply")
+    time.sleep(1.0)
+    assert [c.params["text"] for c in tg.calls("sendMessage")[sends:]][0].startswith("Commands")
+    assert len(tg.calls("sendMessage")) == sends + 1 and len(llm.requests) == 1
+    assert g2.stop() == 0
+
+
+def test_html_502_from_telegram_does_not_kill_the_process(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run
+) -> None:
+    tg, _ = fakes
+    tg.fail("getMe", "html_502")
+    tg.fail("getUpdates", "html_502", times=2)
+    g = run()
+    tg.push_text(USER, "anyone?")
+    assert tg.wait_sent_sync(USER, 1, timeout=90) == ["echo: anyone?"]
+    assert g.stop() == 0
+    assert "getUpdates failed; retrying" in g.stderr and "ClientDecodeError" in g.stderr
+    no_secrets(g)
+
+
+def test_stop_during_a_long_turn_exits_0_and_keeps_the_message(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run
+) -> None:
+    """A turn longer than the 8 s drain: SIGTERM still exits 0 without a traceback, and the
+    message stays pending for the next start (which answers it once)."""
+    tg, llm = fakes
+    llm.default = Echo(delay=60)
+    g = run()
+    tg.push_text(USER, "think hard")
+    wait(lambda: llm.requests, 90, "the model request")
+    started = time.monotonic()
+    assert g.stop() == 0
+    assert time.monotonic() - started < 15
+    assert "drain timed out" in g.stderr
+    no_secrets(g)
+    assert states(g.env["DATA_DIR"])["think hard"] == "accepted"
+    llm.default = Echo()
+    g2 = run()
+    assert tg.wait_sent_sync(USER, 1, timeout=90) == ["echo: think hard"]
+    g2.stop()
+
+
+def test_credentials_in_llm_base_url_never_shown(tmp_path: Path) -> None:
+    """LLM_BASE_URL=http://user:pass@proxy/v1: used for the calls, absent from every log
+    line and from the reply the user gets when the call fails."""
+    password = "pr0xy-s3cret"
+    tg, llm = FakeTelegram(token=TOKEN), FakeOpenAI(basic_auth=("gantry", password))
+    tg.start_in_thread()
+    llm.start_in_thread()
+    (tmp_path / "persona").mkdir()
+    g = Gantry({
+        "PATH": os.environ["PATH"], "CHANNEL": "telegram", "TELEGRAM_BOT_TOKEN": TOKEN,
+        "TELEGRAM_ALLOWED_USERS": str(USER), "TELEGRAM_API_URL": tg.base_url,
+        "LLM_BASE_URL": llm.credentialed_url, "LLM_API_KEY": "sk-e2e-secret-key",
+        "LLM_MODEL": "fake-model", "DATA_DIR": str(tmp_path / "data"),
+        "PERSONA_DIR": str(tmp_path / "persona"), "LOG_LEVEL": "debug",
+    })
+    try:
+        g.start()
+        tg.push_text(USER, "via the proxy")
+        assert tg.wait_sent_sync(USER, 1, timeout=90) == ["echo: via the proxy"]
+        llm.push(*[HTTPError(502, f"bad gateway at {llm.credentialed_url}")] * 4)
+        tg.push_text(USER, "and now?")
+        reply = tg.wait_sent_sync(USER, 2, timeout=90)[1]
+        assert g.stop() == 0
+    finally:
+        g.stop(signal.SIGKILL)
+        tg.stop()
+        llm.stop()
+    assert reply == "Sorry — the model call failed (HTTP 502). Please try again in a moment."
+    assert password not in g.stderr and "gantry:" not in g.stderr
+    assert "[REDACTED]@127.0.0.1" in g.stderr or "127.0.0.1" in g.stderr
+    no_secrets(g)

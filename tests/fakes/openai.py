@@ -37,13 +37,13 @@ from aiohttp import web
 from tests.fakes._loopback import LoopbackServer
 
 __all__ = [
+    "BadGzip",
     "Call",
+    "CutJSON",
     "CutStream",
     "Echo",
     "FakeOpenAI",
     "HTTPError",
-    "BadGzip",
-    "CutJSON",
     "Malformed",
     "RawSSE",
     "RecordedRequest",
