@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gantry import db
 from gantry.channel import telegram
@@ -111,6 +114,7 @@ def test_store_attempts_and_terminal_states(tmp_path: Path) -> None:
 # below is answered by the fake as Telegram would, and the channel must ride it out.
 
 USER = 4242
+STRANGER = 666
 
 
 @pytest.fixture
@@ -359,3 +363,61 @@ async def test_maps_stay_bounded_and_finished_updates_are_pruned_while_running(
             assert len(ch._strangers) <= 5
             await tg.wait_for(lambda: not ch._active, 5, "the worker to finish")
             assert ch._edit_at == {}
+
+
+# ----------------------------------------------------------------------------- the property
+
+_METHOD_FAULTS = {
+    "getUpdates": ["server_error", "dropped", "html_502", "retry_after", "conflict"],
+    "sendMessage": ["server_error", "dropped", "html_502", "retry_after", "blocked",
+                    "chat_not_found", "slow"],
+    "sendChatAction": ["server_error", "html_502", "blocked"],
+}
+_faults = st.lists(
+    st.sampled_from(sorted(_METHOD_FAULTS)).flatmap(
+        lambda m: st.tuples(st.just(m), st.sampled_from(_METHOD_FAULTS[m]),
+                            st.integers(1, 3))),
+    max_size=6,
+)
+
+
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(faults=_faults, texts=st.lists(st.sampled_from(["a", "b", "c", "poison", "d"]),
+                                      min_size=1, max_size=4, unique=True))
+def test_any_telegram_faults_at_most_one_reply_and_nothing_left_pending(
+    quick: None, monkeypatch: pytest.MonkeyPatch, faults: list[tuple[str, str, int]],
+    texts: list[str],
+) -> None:
+    """For any sequence of injected Telegram faults: each allowlisted message gets at most
+    one reply, every message ends answered, failed or undeliverable (nothing pending
+    forever), and serve() never ends on its own. "poison" breaks the turn every time."""
+    monkeypatch.setattr(telegram, "DELIVERY_GRACE", 0.1)  # a slow send outlasts it
+
+    async def respond(msg: Inbound, stream: Any) -> str:
+        if msg.text == "poison":
+            raise RuntimeError("this turn always fails")
+        return f"echo: {msg.text}"
+
+    async def scenario(path: Path) -> None:
+        async with FakeTelegram(token=TOKEN) as tg:
+            for method, kind, times in faults:
+                tg.fail(method, kind, times=times, retry_after=0, delay=0.3)  # type: ignore[arg-type]
+            for text in texts:
+                tg.push_text(USER, text)
+            tg.push_text(STRANGER, "not allowed")
+            async with running(tg, path, respond) as ch:
+                final = await settle(tg, ch, texts, timeout=60)
+                await anyio.sleep(0.3)  # room for a late duplicate to show up
+            sent = tg.sent_texts(USER)
+            for text in texts:
+                reply = FAILED_REPLY if text == "poison" else f"echo: {text}"
+                assert sent.count(reply) <= 1, (text, sent)
+                assert final[text] in ("answered", "failed", "undeliverable")
+                if final[text] == "answered":
+                    assert sent.count(reply) == 1
+            assert tg.sent(STRANGER) == [] and "not allowed" not in final
+
+    with tempfile.TemporaryDirectory() as d:
+        anyio.run(scenario, Path(d) / "g.db")
