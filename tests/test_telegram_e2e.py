@@ -392,3 +392,46 @@ def test_credentials_in_llm_base_url_never_shown(tmp_path: Path) -> None:
     assert password not in g.stderr and "gantry:" not in g.stderr
     assert "[REDACTED]@127.0.0.1" in g.stderr or "127.0.0.1" in g.stderr
     no_secrets(g)
+
+
+def test_slow_but_successful_send_is_sent_once(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run
+) -> None:
+    """sendMessage answered after 11 s (past the 10 s shutdown grace): outside shutdown it
+    is not cut and retried, so the user gets the reply once."""
+    tg, _ = fakes
+    tg.fail("sendMessage", "slow", delay=11)
+    g = run()
+    tg.push_text(USER, "patience")
+    wait(lambda: states(g.env["DATA_DIR"]).get("patience") == "answered", 120,
+         "the answered record")
+    time.sleep(1.0)
+    assert tg.sent_texts(USER) == ["echo: patience"]
+    assert len(tg.calls("sendMessage")) == 1
+    assert g.stop() == 0
+
+
+def test_crash_loop_on_one_message_ends_in_failed(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run
+) -> None:
+    """A message during whose turn the process dies, start after start: after
+    MAX_ATTEMPTS starts it is marked failed, the user is told, and the next start is clean."""
+    from gantry.channel.telegram_store import MAX_ATTEMPTS
+
+    tg, llm = fakes
+    llm.default = Echo(delay=60)
+    tg.push_text(USER, "deadly")
+    for crash in range(MAX_ATTEMPTS):
+        g = run()
+        wait(lambda n=crash: len(llm.requests) > n, 90, "the model request")
+        g.stop(signal.SIGKILL)
+    llm.default = Echo()
+    g = run()
+    assert tg.wait_sent_sync(USER, 1, timeout=90)[0].startswith("Sorry — I could not process")
+    wait(lambda: states(g.env["DATA_DIR"]).get("deadly") == "failed", 30, "the failed mark")
+    assert len(llm.requests) == MAX_ATTEMPTS  # not tried a fourth time
+    tg.push_text(USER, "alive?")
+    assert tg.wait_sent_sync(USER, 2, timeout=90)[1] == "echo: alive?"
+    assert g.stop() == 0
+    assert "message failed repeatedly; marked failed and skipped" in g.stderr
+    no_secrets(g)
