@@ -51,6 +51,7 @@ SUMMARISE = (
     "words. Keep names, decisions, commitments, open questions and facts about the user; "
     "drop chit-chat. Reply with the paragraph only."
 )
+TURN_FAILED = "Sorry — something went wrong while answering. Please try again."
 HELP = (
     "Commands:\n/new — start a new conversation (memory is kept)\n"
     "/status — uptime, model, history size, tools\n/help — this text"
@@ -87,33 +88,55 @@ class Agent:
     max_iterations: int = 20
     memory_block: MemoryBlock = _no_memory
     started: float = field(default_factory=time.monotonic)
-    _locks: dict[str, anyio.Lock] = field(default_factory=dict)
+    # session → (lock, turns holding or waiting for it); dropped at zero, so it stays small
+    _locks: dict[str, tuple[anyio.Lock, int]] = field(default_factory=dict)
     _inflight: int = 0
     _idle: anyio.Event | None = None
+    _fold_wanted: dict[str, None] = field(default_factory=dict)  # sessions to fold, in order
+    _fold_wake: anyio.Event | None = None
+    _folding: bool = False
 
     # ------------------------------------------------------------------ entry point
 
     async def __call__(self, msg: Inbound, stream: ReplyStream | None = None) -> str:
-        """The reply for one inbound message; never raises for model or tool trouble."""
+        """The reply for one inbound message. Never raises (cancellation aside): any failure
+        is logged with its traceback and answered with a short apology."""
+        sid = msg.session_id
+        lock, users = self._locks.get(sid) or (anyio.Lock(), 0)
+        self._locks[sid] = (lock, users + 1)
+        try:
+            async with lock:
+                self._inflight += 1
+                try:
+                    return await self._answer(msg, stream)
+                finally:
+                    self._inflight -= 1
+                    if self._inflight == 0 and self._idle is not None:
+                        self._idle.set()
+        finally:
+            lock, users = self._locks[sid]
+            if users <= 1:
+                del self._locks[sid]
+            else:
+                self._locks[sid] = (lock, users - 1)
+
+    async def _answer(self, msg: Inbound, stream: ReplyStream | None) -> str:
         command = msg.text.strip().split(maxsplit=1)[0].lower() if msg.text.strip() else ""
         command = command.split("@", 1)[0]  # Telegram's /cmd@botname form
-        lock = self._locks.setdefault(msg.session_id, anyio.Lock())
-        async with lock:
-            self._inflight += 1
-            try:
-                if command == "/new":
-                    self.sessions.reset(msg.session_id)
-                    log.info("session reset", extra={"session": msg.session_id})
-                    return "Started a new conversation. (Long-term memory is unchanged.)"
-                if command == "/status":
-                    return self.status(msg.session_id)
-                if command in ("/help", "/start"):
-                    return HELP
-                return await self._turn(msg.session_id, msg.text, stream, recall=not msg.group)
-            finally:
-                self._inflight -= 1
-                if self._inflight == 0 and self._idle is not None:
-                    self._idle.set()
+        try:
+            if command == "/new":
+                self.sessions.reset(msg.session_id)
+                log.info("session reset", extra={"session": msg.session_id})
+                return "Started a new conversation. (Long-term memory is unchanged.)"
+            if command == "/status":
+                return self.status(msg.session_id)
+            if command in ("/help", "/start"):
+                return HELP
+            return await self._turn(msg.session_id, msg.text, stream, recall=not msg.group)
+        except Exception:
+            log.exception("turn failed", extra={"session": msg.session_id})
+            await _quiet_discard(stream)
+            return TURN_FAILED
 
     @property
     def busy(self) -> bool:
@@ -186,9 +209,8 @@ class Agent:
                 "model call failed; turn ended",
                 extra={"session": session_id, "status": exc.status, "error": str(exc)},
             )
-            if stream is not None:
-                await stream.discard()
-            return f"Sorry — the model call failed ({exc}). Please try again."
+            await _quiet_discard(stream)
+            return model_failed_reply(exc.status)
         new.append(AssistantMessage(content=final))
         self.sessions.append(session_id, new)
         log.info(
@@ -200,7 +222,7 @@ class Agent:
                 "prompt_tokens_est": prompt.est_tokens,
             },
         )
-        await self._fold(session_id)
+        self.request_fold(session_id)  # after the reply, in the background: never delays it
         return final
 
     async def _call(
@@ -224,6 +246,39 @@ class Agent:
         return completion
 
     # ------------------------------------------------------------------ rolling summary
+
+    @property
+    def fold_pending(self) -> bool:
+        """A fold is queued or running."""
+        return self._folding or bool(self._fold_wanted)
+
+    def request_fold(self, session_id: str) -> None:
+        """Ask the background folder (run_folds) to check this session's size."""
+        self._fold_wanted[session_id] = None
+        if self._fold_wake is not None:
+            self._fold_wake.set()
+
+    async def run_folds(self) -> None:
+        """Background task: fold sessions whose turns asked for it, one at a time.
+
+        Folding is a second model call, so it runs outside the turn: the reply is not held
+        back by it, and a stop during it loses nothing (the turn is already recorded and the
+        fold is retried after the next turn). Failures are logged, never raised.
+        """
+        while True:
+            while self._fold_wanted:
+                session_id = next(iter(self._fold_wanted))
+                del self._fold_wanted[session_id]
+                self._folding = True
+                try:
+                    await self._fold(session_id)
+                except Exception:
+                    log.exception("folding history failed; history kept",
+                                  extra={"session": session_id})
+                finally:
+                    self._folding = False
+            self._fold_wake = anyio.Event()
+            await self._fold_wake.wait()
 
     async def _fold(self, session_id: str) -> None:
         """Fold turns past the caps into the session summary, then delete them.
@@ -264,8 +319,28 @@ class Agent:
                 self.sessions.delete(dropped_ids)
             return
         text = done.text.strip()[:SUMMARY_MAX_CHARS] or old
-        self.sessions.fold(session_id, text, dropped_ids)
+        if not self.sessions.fold(session_id, text, dropped_ids):
+            log.info("history changed while folding (/new?); fold skipped",
+                     extra={"session": session_id})
+            return
         log.info(
             "history folded into summary",
             extra={"session": session_id, "dropped": len(dropped_ids), "summary_chars": len(text)},
         )
+
+
+def model_failed_reply(status: int | None) -> str:
+    """What the user reads when the model call failed: short and generic. The details
+    (which may name hosts, or a provider's own text) go to the log only."""
+    what = f" (HTTP {status})" if status else ""
+    return f"Sorry — the model call failed{what}. Please try again in a moment."
+
+
+async def _quiet_discard(stream: ReplyStream | None) -> None:
+    """Take back streamed text on a failed turn; a broken stream must not mask the failure."""
+    if stream is None:
+        return
+    try:
+        await stream.discard()
+    except Exception as exc:
+        log.warning("could not take back the streamed text", extra={"error": str(exc)})

@@ -17,6 +17,8 @@ from typing import Any, TextIO
 # Telegram puts the bot token in every API URL: https://api.telegram.org/bot<id>:<key>/...
 _BOT_URL_TOKEN = re.compile(r"bot[0-9]{3,}:[A-Za-z0-9_-]{10,}")
 _BARE_TOKEN = re.compile(r"\b[0-9]{5,}:[A-Za-z0-9_-]{30,}\b")
+# Credentials inside any URL: scheme://user:password@host (e.g. LLM_BASE_URL via a proxy).
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"]+@")
 REDACTED = "[REDACTED]"
 
 # Attributes every LogRecord has; anything else was passed via `extra=` and is a field.
@@ -42,6 +44,7 @@ class Redactor:
             if secret in s:
                 s = s.replace(secret, REDACTED)
         s = _BOT_URL_TOKEN.sub("bot" + REDACTED, s)
+        s = strip_url_credentials(s)
         return _BARE_TOKEN.sub(REDACTED, s)
 
     def value(self, v: Any) -> Any:
@@ -54,6 +57,25 @@ class Redactor:
         if v is None or isinstance(v, bool | int | float):
             return v
         return self.text(repr(v) if not isinstance(v, BaseException) else str(v))
+
+
+def strip_url_credentials(text: str) -> str:
+    """Every `scheme://user:password@` in `text` with the credentials replaced."""
+    return _URL_USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
+
+
+def url_secrets(url: str) -> list[str]:
+    """The password (and user:password) of a URL, for the redactor; [] when it has none."""
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return []
+    if not parts.password:
+        return []
+    raw = parts.netloc.rpartition("@")[0]
+    return [raw, raw.partition(":")[2], unquote(raw.partition(":")[2])]
 
 
 class JsonFormatter(logging.Formatter):
@@ -121,4 +143,25 @@ def setup(
     for name in ("httpx", "httpcore", "aiogram.event", "mcp.client", "mcp.server"):
         logging.getLogger(name).setLevel(quiet)
     logging.captureWarnings(True)
+    _route_uncaught(redactor)
     return redactor
+
+
+def _route_uncaught(redactor: Redactor) -> None:
+    """Uncaught exceptions (main thread or any other) become one redacted JSON line, never
+    a raw traceback on stderr past the redactor."""
+    import threading
+
+    crash = logging.getLogger("gantry.crash")
+
+    def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+        crash.critical("uncaught exception", exc_info=(kind, exc, tb))
+
+    def thread_hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_value is not None and not isinstance(args.exc_value, SystemExit):
+            crash.critical("uncaught exception in a thread",
+                           exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+                           extra={"thread_name": args.thread.name if args.thread else None})
+
+    sys.excepthook = hook
+    threading.excepthook = thread_hook

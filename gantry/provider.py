@@ -101,14 +101,17 @@ class ProviderError(Exception):
 class RetryPolicy(msgspec.Struct, frozen=True):
     """Backoff for transient failures: attempt n waits base*2^(n-1) (≤ max) plus up to 25%.
 
-    `deadline` bounds the whole call in seconds: no retry is scheduled past it, and a
-    Retry-After longer than what is left ends the call at once.
+    `deadline` bounds the whole call in seconds — every attempt and every wait between
+    them: an attempt still running when it passes is cut, no retry is scheduled past it,
+    and a Retry-After longer than what is left ends the call at once. For a stream it bounds
+    everything up to the first body byte (the last point where a retry is safe); after that
+    the read timeout governs each chunk.
     """
 
     max_attempts: int = 4
     base_delay: float = 0.5
     max_delay: float = 8.0
-    deadline: float = 60.0
+    deadline: float = 120.0
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -192,8 +195,13 @@ def _retry_after(headers: httpx.Headers) -> float | None:
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
-def _retryable_transport(exc: httpx.TransportError) -> bool:
+def _retryable_transport(exc: httpx.HTTPError) -> bool:
     return isinstance(exc, httpx.TimeoutException | httpx.NetworkError | httpx.RemoteProtocolError)
+
+
+def url_without_credentials(url: httpx.URL) -> str:
+    """The URL as gantry shows it: any `user:password@` part removed."""
+    return str(url.copy_with(username=None, password=None)) if url.userinfo else str(url)
 
 
 class Provider:
@@ -216,13 +224,24 @@ class Provider:
         url = httpx.URL(base_url)
         if url.scheme not in ("http", "https") or not url.host:
             raise ValueError(
-                f"LLM_BASE_URL must be an http(s) URL like https://host/v1, got {base_url!r}"
+                "LLM_BASE_URL must be an http(s) URL like https://host/v1, got "
+                f"{url_without_credentials(url)!r}"
             )
-        self.base_url = base_url.rstrip("/")
+        # Credentials in the URL (a proxy's user:password) travel as a Basic auth header, as
+        # httpx would send them; the URL itself is kept without them, so neither gantry's
+        # errors nor httpx's request logs ever show them.
+        auth = httpx.BasicAuth(url.username, url.password) if url.userinfo else None
+        self.base_url = url_without_credentials(url).rstrip("/")
+        self.shown_url = self.base_url
+        # Everything that must never be shown: the key, and any credentials in the URL.
+        self._secrets = sorted(
+            {s for s in (api_key, url.password, url.userinfo.decode(),
+                         f"{url.username}:{url.password}" if url.password else "") if s},
+            key=len, reverse=True,
+        )
         self.model = model
         self.retry = retry or RetryPolicy()
         self._url = self.base_url + "/chat/completions"
-        self._api_key = api_key
         self._sleep = sleep
         self._clock = clock
         self._rng = rng or random.Random()
@@ -234,6 +253,7 @@ class Provider:
             timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
             transport=transport,
             verify=verify,
+            auth=auth,
         )
 
     async def __aenter__(self) -> Provider:
@@ -279,7 +299,11 @@ class Provider:
         response, chunks, first = await self._with_retries(lambda: self._open_stream(body))
         try:
             if first is None:  # the server ignored stream=true and sent one JSON reply
-                completion = self._decode_completion(await response.aread())
+                try:
+                    raw = await response.aread()
+                except httpx.HTTPError as exc:
+                    raise self._transport_error(exc, during="reading the reply from") from None
+                completion = self._decode_completion(raw)
                 if completion.text:
                     yield TextDelta(completion.text)
             else:
@@ -314,15 +338,17 @@ class Provider:
         return encode_request(request)
 
     def _scrub(self, text: str) -> str:
-        return text.replace(self._api_key, _REDACTED) if self._api_key else text
+        for secret in self._secrets:
+            text = text.replace(secret, _REDACTED)
+        return text
 
     def _error(self, message: str, **kwargs: Any) -> ProviderError:
         return ProviderError(self._scrub(message), **kwargs)
 
-    def _transport_error(self, exc: httpx.TransportError, *, during: str) -> ProviderError:
+    def _transport_error(self, exc: httpx.HTTPError, *, during: str) -> ProviderError:
         detail = str(exc) or "no detail"
         return self._error(
-            f"{during} {self.base_url} failed: {type(exc).__name__}: {detail}",
+            f"{during} {self.shown_url} failed: {type(exc).__name__}: {detail}",
             hint="check LLM_BASE_URL and that the provider is reachable",
             retryable=_retryable_transport(exc),
         )
@@ -331,7 +357,7 @@ class Provider:
         status = response.status_code
         try:
             raw = await response.aread()
-        except httpx.TransportError:
+        except httpx.HTTPError:
             raw = b""
         hint = _HINTS.get(status, "the provider failed; try again later" if status >= 500 else "")
         return self._error(
@@ -364,7 +390,7 @@ class Provider:
             response = await self._client.post(
                 self._url, content=body, headers={"Accept": "application/json"}
             )
-        except httpx.TransportError as exc:
+        except httpx.HTTPError as exc:  # transport, protocol and body-decoding errors alike
             raise self._transport_error(exc, during="POST to") from None
         if not response.is_success:
             raise await self._status_error(response)
@@ -379,7 +405,7 @@ class Provider:
         )
         try:
             response = await self._client.send(request, stream=True)
-        except httpx.TransportError as exc:
+        except httpx.HTTPError as exc:
             raise self._transport_error(exc, during="POST to") from None
         try:
             if not response.is_success:
@@ -396,7 +422,7 @@ class Provider:
                     status=response.status_code,
                     retryable=True,
                 ) from None
-            except httpx.TransportError as exc:
+            except httpx.HTTPError as exc:
                 raise self._transport_error(exc, during="reading the stream from") from None
         except BaseException:
             with anyio.CancelScope(shield=True):
@@ -435,7 +461,7 @@ class Provider:
                 if eof:
                     break
                 data = await anext(chunks, None)
-        except httpx.TransportError as exc:
+        except httpx.HTTPError as exc:
             if assembler.finished:
                 log.warning(
                     "stream ended with a transport error after finish_reason; reply kept",
@@ -461,8 +487,10 @@ class Provider:
         attempt = 0
         while True:
             attempt += 1
+            remaining = policy.deadline - (self._clock() - start)
             try:
-                return await attempt_once()
+                with anyio.move_on_after(max(0.0, remaining)) as bound:
+                    return await attempt_once()
             except ProviderError as err:
                 if not err.retryable:
                     raise
@@ -486,6 +514,14 @@ class Provider:
                     },
                 )
                 await self._sleep(delay)
+                continue
+            if bound.cancelled_caught:  # only the deadline gets here: the attempt was cut
+                cut = self._error(
+                    f"no answer within the {policy.deadline:g}s deadline",
+                    hint="the provider is slow or not answering; try again later",
+                    retryable=True,
+                )
+                raise self._gave_up(cut, attempt, start, "deadline reached")
 
     def _gave_up(self, err: ProviderError, attempts: int, start: float, why: str) -> ProviderError:
         elapsed = self._clock() - start

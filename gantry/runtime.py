@@ -185,6 +185,7 @@ async def serve(cfg: Config) -> None:
         async with anyio.create_task_group() as tg:
             receive = anyio.CancelScope()
             tg.start_soon(_heartbeat, conn)
+            tg.start_soon(agent.run_folds)
             tg.start_soon(_signals, tg, receive, agent, turns, persona)
             with receive:
                 await channel.serve(respond, ready)
@@ -200,12 +201,21 @@ async def serve(cfg: Config) -> None:
         log.info("gantry stopped")
 
 
-def _boot_failed(exc: BaseException) -> int:
+def _boot_failed(exc: BaseException, redact: Any) -> int:
     while isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
     log.error("boot failed", extra={"error": str(exc)})
-    print(f"gantry: {exc}", file=sys.stderr)
+    print(f"gantry: {redact(str(exc))}", file=sys.stderr)
     return 1
+
+
+def _only_aborted_turns(group: BaseExceptionGroup[Any]) -> bool:
+    """True when a group holds nothing but turns cut at shutdown (their messages stay
+    pending for the next start): a clean stop, not a crash."""
+    from gantry.channel.base import TurnAborted
+
+    _match, rest = group.split(TurnAborted)
+    return rest is None
 
 
 def main(env_file: str | None) -> int:
@@ -215,9 +225,12 @@ def main(env_file: str | None) -> int:
     try:
         cfg = config.load(config.merged_environ(env_file))
     except config.ConfigError as exc:
-        print(exc, file=sys.stderr)
+        print(logsetup.strip_url_credentials(str(exc)), file=sys.stderr)
         return 1
-    logsetup.setup(cfg.log_level, [cfg.llm_api_key, cfg.telegram_bot_token])
+    redactor = logsetup.setup(
+        cfg.log_level,
+        [cfg.llm_api_key, cfg.telegram_bot_token, *logsetup.url_secrets(cfg.llm_base_url)],
+    )
     from gantry.db import DatabaseError
     from gantry.persona import PersonaError
 
@@ -230,11 +243,24 @@ def main(env_file: str | None) -> int:
         anyio.run(serve, cfg)
     except BaseExceptionGroup as group:
         match, _rest = group.split(fatal)
-        if match is None:
-            raise
-        return _boot_failed(match.exceptions[0])
+        if match is not None:
+            return _boot_failed(match.exceptions[0], redactor.text)
+        if _only_aborted_turns(group):
+            return 0
+        return _crashed(group)
     except fatal as exc:
-        return _boot_failed(exc)
+        return _boot_failed(exc, redactor.text)
     except KeyboardInterrupt:  # a second Ctrl-C before handlers were installed
         return 130
+    except Exception as exc:
+        from gantry.channel.base import TurnAborted
+
+        return 0 if isinstance(exc, TurnAborted) else _crashed(exc)
     return 0
+
+
+def _crashed(exc: BaseException) -> int:
+    """The last boundary: an exception nothing below contained. One redacted JSON line
+    with its traceback (never a raw one on stderr), then exit 1 for the supervisor."""
+    log.critical("gantry crashed; exiting for a restart", exc_info=exc)
+    return 1

@@ -136,11 +136,29 @@ def plan_trim(history: Sequence[Message], max_messages: int, max_tokens: int) ->
     return Trim(keep, [i for i in range(len(history)) if i not in keep_set])
 
 
+def current_turn_start(history: Sequence[Message]) -> int:
+    """Index where the turn in progress begins: just past the last final answer.
+
+    Every finished turn ends with an assistant message without tool calls; whatever follows
+    it (the user message, tool rounds, a cap note) belongs to the turn being answered.
+    """
+    for i in range(len(history) - 1, -1, -1):
+        m = history[i]
+        if isinstance(m, AssistantMessage) and not m.tool_calls:
+            return i + 1
+    return 0
+
+
 def collapse_tool_results(
     history: Sequence[Message], keep_last: int = KEEP_TOOL_RESULTS
 ) -> list[Message]:
-    """Tool results older than the last `keep_last` become one line each (pure)."""
-    tool_idx = [i for i, m in enumerate(history) if isinstance(m, ToolMessage)]
+    """Tool results of earlier turns, past the last `keep_last` of them, become one line each.
+
+    Results of the turn in progress are never collapsed: the model is still working with
+    them, however many calls the turn makes (pure).
+    """
+    start = current_turn_start(history)
+    tool_idx = [i for i, m in enumerate(history[:start]) if isinstance(m, ToolMessage)]
     old = set(tool_idx[:-keep_last] if keep_last > 0 else tool_idx)
     if not old:
         return list(history)
@@ -222,9 +240,20 @@ class SessionStore:
         )
         return str(rows[0][0]) if rows else ""
 
-    def fold(self, session_id: str, summary: str, dropped_ids: Sequence[int]) -> None:
-        """Replace the summary and delete the turns it now covers, atomically."""
+    def fold(self, session_id: str, summary: str, dropped_ids: Sequence[int]) -> bool:
+        """Replace the summary and delete the turns it now covers, atomically.
+
+        False (and nothing changed) if any of those turns is gone already: the session was
+        reset or folded while the summary was being written, so the summary is stale.
+        """
         with self.conn:  # type: ignore[attr-defined]
+            present = 0
+            for i in dropped_ids:
+                present += len(self._exec(
+                    "SELECT 1 FROM session_message WHERE id = ? AND session_id = ?",
+                    (i, session_id)))
+            if present != len(dropped_ids):
+                return False
             self._exec(
                 "INSERT INTO session_summary (session_id, summary, updated_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (session_id) DO UPDATE SET summary = excluded.summary, "
@@ -233,6 +262,7 @@ class SessionStore:
             )
             for i in dropped_ids:
                 self._exec("DELETE FROM session_message WHERE id = ?", (i,))
+        return True
 
     def reset(self, session_id: str) -> None:
         """`/new`: forget the conversation (memory is untouched)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -10,7 +12,7 @@ import anyio
 import pytest
 
 from gantry import db
-from gantry.agent import CAP_NOTE, Agent
+from gantry.agent import CAP_NOTE, TURN_FAILED, Agent
 from gantry.channel.base import Inbound
 from gantry.provider import Provider, RetryPolicy
 from gantry.session import SessionStore
@@ -138,12 +140,33 @@ async def test_commands(fake: FakeOpenAI, tmp_path: Path) -> None:
     assert len(fake.requests) == 1
 
 
+@contextlib.asynccontextmanager
+async def folding(agent: Agent) -> AsyncIterator[None]:
+    """Run the agent's background folder, as `gantry run` does."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(agent.run_folds)
+        yield
+        tg.cancel_scope.cancel()
+
+
+async def settled(agent: Agent) -> None:
+    with anyio.fail_after(10):
+        while agent.fold_pending:
+            await anyio.sleep(0.01)
+
+
 async def test_summary_folds_dropped_turns(fake: FakeOpenAI, tmp_path: Path) -> None:
     agent = make_agent(fake, tmp_path, max_messages=6)
+    async with folding(agent):
+        await _summary_folds_dropped_turns(agent, fake)
+
+
+async def _summary_folds_dropped_turns(agent: Agent, fake: FakeOpenAI) -> None:
     for i in range(3):
         await agent(msg(f"m{i}"))
     fake.push(Reply("echo: m3"), Reply("they counted m0 to m3"))  # turn, then summariser
     await agent(msg("m3"))  # 8 messages > 6 → fold down to ≤ 4 (75%)
+    await settled(agent)
     assert agent.sessions.summary("test:1") == "they counted m0 to m3"
     n, _ = agent.sessions.stats("test:1")
     assert n <= 4
@@ -156,12 +179,54 @@ async def test_summary_folds_dropped_turns(fake: FakeOpenAI, tmp_path: Path) -> 
 
 async def test_summary_failure_keeps_history(fake: FakeOpenAI, tmp_path: Path) -> None:
     agent = make_agent(fake, tmp_path, max_messages=4)
-    for i in range(2):
-        await agent(msg(f"m{i}"))
-    fake.push(Reply("echo: m2"), HTTPError(400, "no summaries today"))
-    await agent(msg("m2"))
+    async with folding(agent):
+        for i in range(2):
+            await agent(msg(f"m{i}"))
+        fake.push(Reply("echo: m2"), HTTPError(400, "no summaries today"))
+        await agent(msg("m2"))
+        await settled(agent)
+    assert len(fake.requests) == 4  # the summariser was asked
     assert agent.sessions.stats("test:1")[0] == 6  # nothing deleted without a summary
     assert agent.sessions.summary("test:1") == ""
+
+
+async def test_fold_runs_after_the_reply_and_outside_the_turn(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A slow summariser neither delays the reply nor keeps the turn (drain) busy."""
+    agent = make_agent(fake, tmp_path, max_messages=4)
+    async with folding(agent):
+        for i in range(2):
+            await agent(msg(f"m{i}"))
+        fake.push(Reply("echo: m2"), Reply("a summary", delay=2.0))
+        started = anyio.current_time()
+        assert await agent(msg("m2")) == "echo: m2"
+        assert anyio.current_time() - started < 1.5  # not waiting for the summariser
+        with anyio.fail_after(5):
+            while len(fake.requests) < 4:
+                await anyio.sleep(0.01)
+        assert agent.fold_pending and not agent.busy  # folding, yet no turn in flight
+        with anyio.fail_after(1):
+            await agent.wait_idle()  # a shutdown drain would not wait for the fold
+        await settled(agent)
+    assert agent.sessions.summary("test:1") == "a summary"
+
+
+async def test_fold_after_reset_is_dropped(fake: FakeOpenAI, tmp_path: Path) -> None:
+    """/new while the summary is being written: the stale summary is not resurrected."""
+    agent = make_agent(fake, tmp_path, max_messages=4)
+    async with folding(agent):
+        for i in range(2):
+            await agent(msg(f"m{i}"))
+        fake.push(Reply("echo: m2"), Reply("stale summary", delay=1.0))
+        await agent(msg("m2"))
+        with anyio.fail_after(5):
+            while len(fake.requests) < 4:
+                await anyio.sleep(0.01)
+        await agent(msg("/new"))
+        await settled(agent)
+    assert agent.sessions.summary("test:1") == ""
+    assert agent.sessions.stats("test:1") == (0, 0)
 
 
 async def test_one_turn_at_a_time_per_session(fake: FakeOpenAI, tmp_path: Path) -> None:
@@ -217,3 +282,69 @@ async def test_group_messages_get_no_memory_block(fake: FakeOpenAI, tmp_path: Pa
     assert await agent(group) == "echo: in a group"
     assert "ExampleBank" not in fake.last_request.messages[0]["content"]
     assert recalled == ["in private"]
+
+
+async def test_unexpected_exception_is_contained_and_logged(
+    fake: FakeOpenAI, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Anything a turn raises (here: a reply stream that breaks) ends that turn only, with
+    a short apology and one error record carrying the traceback."""
+
+    class Broken:
+        async def write(self, delta: str) -> None:
+            raise RuntimeError("the stream broke")
+
+        async def discard(self) -> None:
+            raise RuntimeError("still broken")
+
+        async def finish(self, final_text: str) -> None:
+            return None
+
+    agent = make_agent(fake, tmp_path)
+    caplog.set_level(logging.INFO)
+    assert await agent(msg("hi"), Broken()) == TURN_FAILED
+    failed = [r for r in caplog.records if r.getMessage() == "turn failed"]
+    assert len(failed) == 1 and failed[0].exc_info is not None
+    assert failed[0].levelno == logging.ERROR
+    assert await agent(msg("hi again")) == "echo: hi again"  # the agent lives on
+    assert not agent.busy
+
+
+async def test_locks_do_not_grow_with_sessions(fake: FakeOpenAI, tmp_path: Path) -> None:
+    agent = make_agent(fake, tmp_path)
+    fake.push(Reply("slow", delay=0.3))
+    async with anyio.create_task_group() as tg:
+        for chat in range(30):
+            tg.start_soon(agent, msg("x", chat=str(chat)))
+        tg.start_soon(agent, msg("y", chat="0"))  # a waiter on a held lock
+        await anyio.sleep(0.1)
+        assert 0 < len(agent._locks) <= 30
+    assert agent._locks == {}
+
+
+async def test_many_tool_calls_in_one_turn_all_reach_the_model(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    """Six rounds in one turn: the last model call still sees every result in full."""
+    fake.push(*[ToolCalls([Call("calc__add", {"a": k, "b": 1000}, id=f"c{k}")])
+                for k in range(6)], Reply("done"))
+    agent = make_agent(fake, tmp_path)
+    assert await agent(msg("add a lot")) == "done"
+    results = [m["content"] for m in fake.last_request.messages if m["role"] == "tool"]
+    assert results == [str(k + 1000) for k in range(6)]
+    await agent(msg("and now?"))  # the next turn: earlier results may be collapsed
+    later = [m["content"] for m in fake.last_request.messages if m["role"] == "tool"]
+    assert sum("truncated" in c for c in later) == 2
+
+
+async def test_credentialed_base_url_never_reaches_the_user(tmp_path: Path) -> None:
+    async with FakeOpenAI(basic_auth=("me", "hunter2-proxy-pw")) as proxy:
+        provider = Provider(proxy.credentialed_url, "sk-test-123456", "fake-model",
+                            retry=RetryPolicy(max_attempts=1))
+        _providers.append(provider)
+        agent = Agent(model=provider, sessions=SessionStore(db.connect(tmp_path / "g.db")),
+                      tools=Registry(result_max_chars=1000), persona=lambda: "p")
+        assert await agent(msg("through the proxy")) == "echo: through the proxy"
+        proxy.push(HTTPError(502, f"upstream {proxy.credentialed_url} is down"))
+        reply = await agent(msg("again"))
+    assert reply == "Sorry — the model call failed (HTTP 502). Please try again in a moment."

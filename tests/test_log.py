@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import sys
+import threading
 
 import pytest
 
@@ -22,12 +24,14 @@ def restore_logging():  # type: ignore[no-untyped-def]
     root = logging.getLogger()
     names = ["httpx", "httpcore", "aiogram.event", "mcp.client", "mcp.server"]
     saved = (list(root.handlers), root.level, {n: logging.getLogger(n).level for n in names})
+    hooks = (sys.excepthook, threading.excepthook)
     yield
     root.handlers[:] = saved[0]
     root.setLevel(saved[1])
     for n, level in saved[2].items():
         logging.getLogger(n).setLevel(level)
     logging.captureWarnings(False)
+    sys.excepthook, threading.excepthook = hooks
 
 
 @pytest.fixture
@@ -79,3 +83,37 @@ def test_level_honoured() -> None:
     logging.getLogger("gantry").info("hidden")
     logging.getLogger("gantry").warning("shown")
     assert "hidden" not in buf.getvalue() and "shown" in buf.getvalue()
+
+
+def test_url_credentials_stripped_from_every_line(stream: io.StringIO) -> None:
+    url = "http://gantry:pw-short@proxy.local:8080/v1"
+    logging.getLogger("httpx").error("HTTP Request: POST %s/chat/completions", url)
+    try:
+        raise ConnectionError(f"POST to {url} failed")
+    except ConnectionError:
+        logging.getLogger("gantry.agent").exception("turn failed")
+    out = stream.getvalue()
+    assert "pw-short" not in out and "gantry:" not in out
+    assert "http://[REDACTED]@proxy.local:8080/v1" in out
+    assert log.url_secrets(url) == ["gantry:pw-short", "pw-short", "pw-short"]
+    assert log.url_secrets("https://host/v1") == []
+
+
+def test_uncaught_exceptions_go_through_the_redactor(stream: io.StringIO) -> None:
+    try:
+        raise RuntimeError(f"crash with bot{TOKEN}/getMe and {KEY}")
+    except RuntimeError:
+        sys.excepthook(*sys.exc_info())
+
+    def boom() -> None:
+        raise RuntimeError(f"thread crash {KEY}")
+
+    t = threading.Thread(target=boom, name="worker")
+    t.start()
+    t.join()
+    out = stream.getvalue()
+    assert TOKEN not in out and KEY not in out and json.dumps(KEY)[1:-1] not in out
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [r["message"] for r in records] == [
+        "uncaught exception", "uncaught exception in a thread"]
+    assert all(r["level"] == "critical" and "Traceback" in r["traceback"] for r in records)

@@ -32,7 +32,9 @@ from gantry.wire.openai import (
     encode,
 )
 from tests.fakes.openai import (
+    BadGzip,
     Call,
+    CutJSON,
     CutStream,
     Echo,
     FakeOpenAI,
@@ -462,6 +464,91 @@ async def test_api_key_never_in_errors_or_logs(
         assert KEY not in record.getMessage()
         assert KEY not in repr(record.__dict__)
     assert KEY not in caplog.text
+
+
+# ----------------------------------------------------------------------------- every HTTP error
+
+
+@pytest.mark.parametrize("script", [CutJSON(), BadGzip()], ids=["cut-json", "bad-gzip"])
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+async def test_every_httpx_error_becomes_a_provider_error(
+    fake: FakeOpenAI, make_provider, script: object, stream: bool
+) -> None:
+    """A streamed request answered with a cut JSON body (RemoteProtocolError while reading
+    it) or a corrupt gzip body (DecodingError): both are ProviderErrors, never raw httpx."""
+    fake.default = script  # type: ignore[assignment]
+    provider = make_provider(fake.base_url, retry=RetryPolicy(max_attempts=2))
+    with pytest.raises(ProviderError) as caught:
+        if stream:
+            await collect(provider.stream(HELLO))
+        else:
+            await provider.complete(HELLO)
+    assert isinstance(caught.value, ProviderError)
+    assert ("RemoteProtocolError" if isinstance(script, CutJSON) else "DecodingError") in str(
+        caught.value) or "gave up" in str(caught.value)
+
+
+# ----------------------------------------------------------------------------- deadline
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+async def test_deadline_bounds_a_single_slow_attempt(fake: FakeOpenAI, stream: bool) -> None:
+    """One attempt cannot outlive the deadline (timeout 120 s, deadline 1 s)."""
+    fake.push(Reply("too late", delay=10))
+    async with Provider(fake.base_url, KEY, "fake-model", timeout=120,
+                        retry=RetryPolicy(deadline=1.0)) as provider:
+        started = time.monotonic()
+        with pytest.raises(ProviderError, match="deadline") as caught:
+            if stream:
+                await collect(provider.stream(HELLO))
+            else:
+                await provider.complete(HELLO)
+        elapsed = time.monotonic() - started
+    assert elapsed < 3.0, elapsed
+    assert caught.value.retryable and len(fake.requests) == 1
+
+
+async def test_deadline_bounds_retries_and_their_attempts(fake: FakeOpenAI) -> None:
+    """A quick failure, a wait, then a slow attempt: the whole call still ends on time."""
+    fake.push(HTTPError(500), Reply("too late", delay=10))
+    async with Provider(fake.base_url, KEY, "fake-model",
+                        retry=RetryPolicy(base_delay=0.2, deadline=1.5)) as provider:
+        started = time.monotonic()
+        with pytest.raises(ProviderError, match="deadline"):
+            await provider.complete(HELLO)
+        assert time.monotonic() - started < 3.0
+    assert len(fake.requests) == 2
+
+
+# ----------------------------------------------------------------------------- URL credentials
+
+
+async def test_credentials_in_base_url_are_used_but_never_shown(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with FakeOpenAI(basic_auth=("gantry", "pr0xy-Pa55word")) as proxy:
+        url = proxy.credentialed_url
+        async with Provider(url, "sk-x-123456", "fake-model",
+                            retry=RetryPolicy(max_attempts=1)) as provider:
+            assert (await provider.complete(HELLO)).text == "echo: hello"  # they do work
+            assert "pr0xy" not in provider.shown_url and "gantry@" not in provider.shown_url
+            proxy.push(HTTPError(500, "proxy says: bad upstream for " + url))
+            with pytest.raises(ProviderError) as caught:
+                await provider.complete(HELLO)
+        await proxy.close()
+        async with Provider(url, "sk-x-123456", "fake-model",
+                            retry=RetryPolicy(max_attempts=1)) as provider:
+            with pytest.raises(ProviderError) as refused:  # connection refused names the URL
+                await provider.complete(HELLO)
+    for err in (caught.value, refused.value):
+        for text in (str(err), repr(err), err.message):
+            assert "pr0xy-Pa55word" not in text and "gantry:" not in text
+    assert "127.0.0.1" in str(refused.value)
+    assert "pr0xy-Pa55word" not in caplog.text
+    with pytest.raises(ValueError) as bad:
+        Provider("ftp://gantry:pr0xy-Pa55word@host/v1", "k", "m")
+    assert "pr0xy-Pa55word" not in str(bad.value)
 
 
 # ----------------------------------------------------------------------------- the fake itself

@@ -99,3 +99,67 @@ def test_boot_problems_exit_1_with_one_message(tmp_path: Path, setup: str, needl
     assert proc.returncode == 1
     assert needle in proc.stderr and "Traceback" not in proc.stderr
     assert proc.stdout == ""
+
+
+@pytest.fixture
+def cfg_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "p").mkdir(exist_ok=True)
+    for key, value in _env(tmp_path, "http://user:pr0xy-pw-123@127.0.0.1:9/v1").items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.fixture
+def restore_logging():  # type: ignore[no-untyped-def]
+    import logging
+    import threading
+
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level, sys.excepthook, threading.excepthook)
+    yield
+    root.handlers[:] = saved[0]
+    root.setLevel(saved[1])
+    sys.excepthook, threading.excepthook = saved[2], saved[3]
+
+
+@pytest.mark.parametrize("raised", ["crash", "crash-in-group", "aborted-in-group"])
+def test_last_boundary_logs_redacted_json_never_a_raw_traceback(
+    cfg_env: None, restore_logging: None, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], raised: str,
+) -> None:
+    """Whatever escapes every inner boundary: one redacted JSON line and exit 1; turns cut
+    at shutdown (TurnAborted, even inside an ExceptionGroup) are a clean stop: exit 0."""
+    import json
+
+    from gantry import runtime
+    from gantry.channel.base import TurnAborted
+
+    async def serve(cfg: object) -> None:
+        boom = RuntimeError("POST to http://user:pr0xy-pw-123@127.0.0.1:9/v1 with "
+                            "sk-runtime-test-key failed")
+        if raised == "crash":
+            raise boom
+        if raised == "crash-in-group":
+            raise ExceptionGroup("tasks", [boom])
+        raise BaseExceptionGroup("tasks", [TurnAborted()])
+
+    monkeypatch.setattr(runtime, "serve", serve)
+    code = runtime.main(None)
+    err = capsys.readouterr().err
+    assert code == (0 if raised == "aborted-in-group" else 1)
+    assert "pr0xy-pw-123" not in err and "sk-runtime-test-key" not in err
+    lines = [json.loads(line) for line in err.splitlines()]
+    if code == 1:
+        crash = lines[-1]
+        assert crash["level"] == "critical" and "Traceback" in crash["traceback"]
+        assert "http://[REDACTED]@127.0.0.1:9/v1" in crash["traceback"]
+
+
+def test_config_error_never_echoes_url_credentials(
+    cfg_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gantry import runtime
+
+    monkeypatch.setenv("LLM_BASE_URL", "ftp://user:pr0xy-pw-123@proxy.local/v1")
+    assert runtime.main(None) == 1
+    err = capsys.readouterr().err
+    assert "LLM_BASE_URL" in err and "pr0xy-pw-123" not in err

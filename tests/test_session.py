@@ -114,19 +114,47 @@ def test_trim_drops_oldest_whole_turns() -> None:
     assert [m.content for m in plan.apply(h)] == ["q3" * 10, "a3" * 10, "q4" * 10, "a4" * 10]
 
 
-def test_collapse_keeps_last_four_tool_results() -> None:
-    h: list[Message] = [UserMessage("go")]
+def _six_calls(h: list[Message]) -> None:
     for k in range(6):
         h.append(
             AssistantMessage(tool_calls=[ToolCall(f"id{k}", FunctionCall("gmail__search", "{}"))])
         )
         h.append(ToolMessage(tool_call_id=f"id{k}", content="x" * (100 + k)))
+
+
+def test_collapse_keeps_last_four_tool_results_of_earlier_turns() -> None:
+    h: list[Message] = [UserMessage("go")]
+    _six_calls(h)
+    h += [AssistantMessage(content="found them"), UserMessage("thanks")]
     out = collapse_tool_results(h)
     tools = [m for m in out if isinstance(m, ToolMessage)]
     assert tools[0].content == "[tool gmail__search: 100 chars, truncated]"
     assert tools[1].content == "[tool gmail__search: 101 chars, truncated]"
     assert [t.content for t in tools[2:]] == ["x" * (100 + k) for k in range(2, 6)]
     assert h[2] == ToolMessage(tool_call_id="id0", content="x" * 100)  # input untouched
+
+
+def test_collapse_never_touches_the_turn_in_progress() -> None:
+    h: list[Message] = [UserMessage("go")]
+    _six_calls(h)  # six results and no answer yet: the model still needs all of them
+    assert collapse_tool_results(h) == h
+    h.append(UserMessage("[gantry: the tool-call limit is reached]"))  # a cap note
+    assert collapse_tool_results(h) == h
+
+
+@given(histories(), st.integers(0, 6))
+@settings(max_examples=200, deadline=None)
+def test_collapse_properties(history: list[Message], keep_last: int) -> None:
+    """Only earlier turns' tool results change, each to one line; the rest is untouched."""
+    out = collapse_tool_results(history, keep_last)
+    start = max((i + 1 for i, m in enumerate(history)
+                 if isinstance(m, AssistantMessage) and not m.tool_calls), default=0)
+    assert len(out) == len(history)
+    assert out[start:] == list(history[start:])
+    changed = [i for i, (a, b) in enumerate(zip(history, out, strict=True)) if a != b]
+    earlier = [i for i, m in enumerate(history[:start]) if isinstance(m, ToolMessage)]
+    assert all(isinstance(history[i], ToolMessage) and i < start for i in changed)
+    assert set(earlier[len(earlier) - keep_last:] if keep_last else []).isdisjoint(changed)
 
 
 def test_store_roundtrip_fold_reset(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import msgspec
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gantry.wire.openai import (
@@ -119,20 +119,33 @@ _event = st.tuples(
 )
 
 
+_NEWLINES = [b"\n", b"\r\n", b"\r"]
+
+
 @st.composite
 def _stream_and_events(draw: st.DrawFn) -> tuple[bytes, list[SSEEvent]]:
-    newline = draw(st.sampled_from([b"\n", b"\r\n", b"\r"]))
+    # Either one line ending for the whole stream or a different one per line: bare CR
+    # followed by LF-terminated lines is where a split CRLF is easiest to misread.
+    fixed = draw(st.sampled_from([None, *_NEWLINES]))
+    last = [b""]
+
+    def newline() -> bytes:
+        # A bare CR followed at once by an LF is one CRLF, so that pair is not drawn.
+        options = [n for n in _NEWLINES if not (last[0] == b"\r" and n == b"\n")]
+        last[0] = fixed if fixed is not None else draw(st.sampled_from(options))
+        return last[0]
+
     events = draw(st.lists(_event, max_size=6))
     raw = b""
     expected: list[SSEEvent] = []
     for name, lines, comment in events:
         if comment:
-            raw += b": keep-alive" + newline
+            raw += b": keep-alive" + newline()
         if name:
-            raw += b"event: " + name.encode() + newline
+            raw += b"event: " + name.encode() + newline()
         for line in lines:
-            raw += b"data: " + line.encode() + newline
-        raw += newline
+            raw += b"data: " + line.encode() + newline()
+        raw += newline()
         expected.append(SSEEvent(data="\n".join(lines), event=name or "message"))
     return raw, expected
 
@@ -146,6 +159,8 @@ def test_any_split_yields_the_same_events(
     pieces = [raw[a:b] for a, b in zip([0, *points], [*points, len(raw)], strict=True)]
     assert parse(*pieces) == expected
     assert parse(raw) == expected
+    for i in range(len(raw) + 1):  # every single cut too: random cuts rarely follow a bare CR
+        assert parse(raw[:i], raw[i:]) == expected
 
 
 @given(st.binary(max_size=300), st.lists(st.integers(min_value=0, max_value=300), max_size=10))
@@ -153,6 +168,33 @@ def test_arbitrary_bytes_never_crash_and_split_invariant(raw: bytes, cuts: list[
     points = sorted({min(c, len(raw)) for c in cuts})
     pieces = [raw[a:b] for a, b in zip([0, *points], [*points, len(raw)], strict=True)]
     assert parse(*pieces) == parse(raw)
+
+
+# Line-ending-heavy bytes: random binary almost never puts a bare CR before text and an LF.
+_framing_bytes = st.lists(
+    st.tuples(st.sampled_from([b"data:x", b"", b":", b"event: e", b"data: y"]),
+              st.sampled_from(_NEWLINES)),
+    max_size=12,
+).map(lambda units: b"".join(line + end for line, end in units))
+
+
+@settings(max_examples=300)
+@given(_framing_bytes, st.lists(st.integers(min_value=0, max_value=200), max_size=10))
+def test_line_ending_soup_split_invariant(raw: bytes, cuts: list[int]) -> None:
+    whole = parse(raw)
+    points = sorted({min(c, len(raw)) for c in cuts})
+    pieces = [raw[a:b] for a, b in zip([0, *points], [*points, len(raw)], strict=True)]
+    assert parse(*pieces) == whole
+    for i in range(len(raw) + 1):  # every single cut too: the random ones rarely hit a CR
+        assert parse(raw[:i], raw[i:]) == whole
+
+
+def test_bare_cr_line_then_text_in_the_same_chunk_keeps_the_next_lf() -> None:
+    # "data: a\r" ends a line; "data: b" follows in the same chunk, so the LF that opens
+    # the next chunk ends "data: b" and the second LF dispatches: two events, not one.
+    assert parse(b"data: a\r\rdata: b", b"\n\n") == [SSEEvent(data="a"), SSEEvent(data="b")]
+    assert parse(b"data: a\rdata: b", b"\n\ndata: c\n\n") == [
+        SSEEvent(data="a\nb"), SSEEvent(data="c")]
 
 
 # ----------------------------------------------------------------------------- provider shapes

@@ -253,9 +253,10 @@ def test_model_500_gets_apology_then_recovers(
     # message must be scrubbed before it reaches the user or the log.
     fake.push(*[HTTPError(500, message=f"upstream exploded (key {KEY})")] * 4)
     g.send("second")
-    apology = g.expect("Please try again.\n")
+    apology = g.expect("Please try again in a moment.\n")
     assert apology.startswith("Sorry — the model call failed"), apology
-    assert "HTTP 500" in apology and "upstream exploded" in apology
+    # short and generic for the user; the provider's own words go to the log only
+    assert "HTTP 500" in apology and "upstream exploded" not in apology
     assert len(fake.requests) == 5
     assert fake.pending == 0
 
@@ -275,6 +276,7 @@ def test_model_500_gets_apology_then_recovers(
     assert all(r["level"] == "warning" for r in retries)
     failed = [r for r in records if r["message"] == "model call failed; turn ended"]
     assert len(failed) == 1 and failed[0]["level"] == "error" and failed[0]["status"] == 500
+    assert "upstream exploded" in failed[0]["error"]
     g.assert_clean()
 
 
@@ -367,12 +369,14 @@ def test_secrets_never_printed_even_at_debug(
         ToolCalls([Call("leak", {"key": KEY})]),
     )
     g.send("one")
-    assert "[redacted]" in g.expect("Please try again.\n")
+    # the user reads a generic apology; the provider's (scrubbed) words go to the log
+    assert "(HTTP 400)" in g.expect("Please try again in a moment.\n")
     g.send("two")
-    g.expect("Please try again.\n")
+    g.expect("Please try again in a moment.\n")
     g.send("three")
     g.expect("echo: three\n")
     assert g.logs()
+    assert "[redacted]" in g.stderr
     g.assert_clean()
     assert KEY[7:] not in g.stdout and KEY[7:] not in g.stderr
 

@@ -1,6 +1,8 @@
 """`gantry run` with CHANNEL=telegram as a subprocess, against the fake Bot API and model.
 
 aiogram talks to the fake Bot API over real loopback HTTP; nothing is mocked inside gantry.
+Waits are generous (they cost nothing when things work): on a loaded 2-core machine the
+interpreter alone took ~45 s to start gantry (measured during issue 10).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import apsw
 import pytest
 
 from gantry.channel.tgformat import utf16_len
-from tests.fakes.openai import Echo, FakeOpenAI, Reply
+from tests.fakes.openai import Echo, FakeOpenAI, HTTPError, Reply
 from tests.fakes.telegram import FakeTelegram
 
 pytestmark = pytest.mark.slow
@@ -130,7 +132,7 @@ def test_conversation_commands_and_startup(fakes: tuple[FakeTelegram, FakeOpenAI
     tg, llm = fakes
     g = run()
     tg.push_text(USER, "hello")
-    assert tg.wait_sent_sync(USER, 1, timeout=30) == ["echo: hello"]
+    assert tg.wait_sent_sync(USER, 1, timeout=90) == ["echo: hello"]
     assert tg.calls("deleteWebhook") and tg.calls("getMe")
     commands = tg.calls("setMyCommands")[0].params["commands"]
     assert [c["command"] for c in commands] == ["new", "status", "help"]
@@ -154,7 +156,7 @@ def test_allowlist_stranger_costs_nothing(fakes: tuple[FakeTelegram, FakeOpenAI]
     for _ in range(3):
         tg.push_text(STRANGER, "let me in")
     tg.push_text(USER, "hi")
-    tg.wait_sent_sync(USER, 1, timeout=30)
+    tg.wait_sent_sync(USER, 1, timeout=90)
     assert tg.sent(STRANGER) == [] and not [c for c in tg.calls("sendChatAction")
                                            if c.params["chat_id"] == STRANGER]
     assert len(llm.requests) == 1 and llm.last_request.last_user_text == "hi"
@@ -171,7 +173,7 @@ def test_long_reply_is_split(fakes: tuple[FakeTelegram, FakeOpenAI], run) -> Non
     llm.push(Reply(text))
     g = run()
     tg.push_text(USER, "long please")
-    parts = tg.wait_sent_sync(USER, 3, timeout=30)
+    parts = tg.wait_sent_sync(USER, 3, timeout=90)
     time.sleep(0.5)
     parts = tg.sent_texts(USER)
     assert len(parts) == 3
@@ -189,7 +191,7 @@ def test_non_text_update_gets_short_reply(fakes: tuple[FakeTelegram, FakeOpenAI]
     tg.push_update({"message": tg.message(USER, photo=[{"file_id": "x", "file_unique_id": "y",
                                                          "width": 1, "height": 1}])})
     tg.push_text(USER, "and text")
-    texts = tg.wait_sent_sync(USER, 2, timeout=30)
+    texts = tg.wait_sent_sync(USER, 2, timeout=90)
     assert texts == ["I can only read text messages for now.", "echo: and text"]
     assert len(llm.requests) == 1
     g.stop()
@@ -202,7 +204,7 @@ def test_streaming_throttled_edits_with_429(fakes: tuple[FakeTelegram, FakeOpenA
     tg.fail("editMessageText", "retry_after", retry_after=1)
     g = run(STREAM_REPLIES="true")
     tg.push_text(USER, "stream it")
-    wait(lambda: tg.current_texts(USER) == [reply], 40, "final streamed text")
+    wait(lambda: tg.current_texts(USER) == [reply], 90, "final streamed text")
     sent = tg.sent(USER)
     assert len(sent) == 1  # one message, edited in place; no duplicate send
     edits = [c for c in tg.calls("editMessageText") if c.status == 200]
@@ -221,18 +223,18 @@ def test_kill_during_turn_then_restart_answers_once(  # type: ignore[no-untyped-
     llm.default = Echo(delay=30)  # the first run never finishes its turn
     g = run()
     tg.push_text(USER, "important")
-    wait(lambda: llm.requests, 30, "the model request")
+    wait(lambda: llm.requests, 90, "the model request")
     wait(lambda: tg.confirmed_offset == 0 or tg.pending_updates == 0, 5)
     g.stop(signal.SIGKILL)
     assert tg.sent(USER) == []
     llm.default = Echo()
     g2 = run()
-    assert tg.wait_sent_sync(USER, 1, timeout=30) == ["echo: important"]
+    assert tg.wait_sent_sync(USER, 1, timeout=90) == ["echo: important"]
     time.sleep(2)
     assert tg.sent_texts(USER) == ["echo: important"]
     # the retried turn did not record the user's message twice
     tg.push_text(USER, "next")
-    tg.wait_sent_sync(USER, 2, timeout=30)
+    tg.wait_sent_sync(USER, 2, timeout=90)
     roles = [m["role"] for m in llm.last_request.messages]
     assert roles == ["system", "user", "assistant", "user"]
     g2.stop()
@@ -244,13 +246,13 @@ def test_restart_after_completed_turn_sends_nothing(  # type: ignore[no-untyped-
     tg, llm = fakes
     g = run()
     tg.push_text(USER, "once")
-    tg.wait_sent_sync(USER, 1, timeout=30)
+    tg.wait_sent_sync(USER, 1, timeout=90)
     # "completed" = recorded as answered; a kill between Telegram accepting the send and
     # that commit is the documented window (docs/telegram.md) where a resend is possible.
-    wait(lambda: answered(g.env["DATA_DIR"]) == 1, 10, "the answered record")
+    wait(lambda: answered(g.env["DATA_DIR"]) == 1, 30, "the answered record")
     g.stop(signal.SIGKILL)
     g2 = run()
-    wait(lambda: len(tg.calls("getUpdates")) >= 3, 20, "the restarted poller")
+    wait(lambda: len(tg.calls("getUpdates")) >= 3, 90, "the restarted poller")
     time.sleep(1.0)
     assert tg.sent_texts(USER) == ["echo: once"]
     assert len(llm.requests) == 1
@@ -265,7 +267,7 @@ def test_conflict_and_server_errors_keep_polling(  # type: ignore[no-untyped-def
     tg.fail("getUpdates", "server_error")
     g = run()
     tg.push_text(USER, "still there?")
-    assert tg.wait_sent_sync(USER, 1, timeout=40) == ["echo: still there?"]
+    assert tg.wait_sent_sync(USER, 1, timeout=90) == ["echo: still there?"]
     g.stop()
     assert "409 Conflict" in g.stderr
     no_secrets(g)
@@ -274,7 +276,164 @@ def test_conflict_and_server_errors_keep_polling(  # type: ignore[no-untyped-def
 def test_bad_token_fails_boot(fakes: tuple[FakeTelegram, FakeOpenAI], run) -> None:  # type: ignore[no-untyped-def]
     g = run(TELEGRAM_BOT_TOKEN="999:wrong-token")
     assert g.proc is not None
-    g.proc.wait(timeout=30)
+    g.proc.wait(timeout=90)
     g.stop()
     assert g.proc.returncode == 1
     assert "TELEGRAM_BOT_TOKEN" in g.stderr and "wrong-token" not in g.stderr
+
+
+# ----------------------------------------------------------------------------- failure paths
+
+
+def states(data_dir: str) -> dict[str, str]:
+    """text → state of every stored update ({} before gantry created its database)."""
+    try:
+        conn = apsw.Connection(f"{data_dir}/gantry.db", flags=apsw.SQLITE_OPEN_READONLY)
+    except apsw.CantOpenError:
+        return {}
+    try:
+        conn.set_busy_timeout(2000)
+        rows = conn.execute("SELECT text, state FROM telegram_update ORDER BY update_id")
+        return {str(t): str(s) for t, s in rows}
+    except (apsw.SQLError, apsw.BusyError):  # not migrated yet, or mid-write: look again
+        return {}
+    finally:
+        conn.close()
+
+
+def test_user_blocks_bot_mid_stream_no_crash_no_loop(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run
+) -> None:
+    """STREAM_REPLIES=true and every edit answered 403 "bot was blocked by the user": the
+    process lives on, the update ends undeliverable, and a restart does not retry it."""
+    tg, llm = fakes
+    llm.push(Reply("a reply that streams " * 10, chunk_size=8, chunk_delay=0.05))
+    tg.fail("editMessageText", "blocked", times=1000)
+    g = run(STREAM_REPLIES="true")
+    tg.push_text(USER, "stream it")
+    wait(lambda: states(g.env["DATA_DIR"]).get("stream it") == "undeliverable", 90,
+         "the update marked undeliverable")
+    assert g.proc is not None and g.proc.poll() is None
+    assert g.stop() == 0
+    assert "Telegram refused the reply for good" in g.stderr
+    no_secrets(g)
+    sends = len(tg.calls("sendMessage"))
+    g2 = run(STREAM_REPLIES="true")
+    tg.push_text(USER, "/help")  # answered by the restarted process: the chat is not stuck
+    wait(lambda: len(tg.calls("sendMessage")) > sends, 90, "the /help reply")
+    time.sleep(1.0)
+    assert tg.calls("sendMessage")[sends].params["text"].startswith("Commands")
+    assert len(tg.calls("sendMessage")) == sends + 1 and len(llm.requests) == 1
+    assert g2.stop() == 0
+
+
+def test_html_502_from_telegram_does_not_kill_the_process(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run
+) -> None:
+    tg, _ = fakes
+    tg.fail("getMe", "html_502")
+    tg.fail("getUpdates", "html_502", times=2)
+    g = run()
+    tg.push_text(USER, "anyone?")
+    assert tg.wait_sent_sync(USER, 1, timeout=90) == ["echo: anyone?"]
+    assert g.stop() == 0
+    assert "getUpdates failed; retrying" in g.stderr and "ClientDecodeError" in g.stderr
+    no_secrets(g)
+
+
+def test_stop_during_a_long_turn_exits_0_and_keeps_the_message(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run
+) -> None:
+    """A turn longer than the 8 s drain: SIGTERM still exits 0 without a traceback, and the
+    message stays pending for the next start (which answers it once)."""
+    tg, llm = fakes
+    llm.default = Echo(delay=60)
+    g = run()
+    tg.push_text(USER, "think hard")
+    wait(lambda: llm.requests, 90, "the model request")
+    started = time.monotonic()
+    assert g.stop() == 0
+    assert time.monotonic() - started < 15
+    assert "drain timed out" in g.stderr
+    no_secrets(g)
+    assert states(g.env["DATA_DIR"])["think hard"] == "accepted"
+    llm.default = Echo()
+    g2 = run()
+    assert tg.wait_sent_sync(USER, 1, timeout=90) == ["echo: think hard"]
+    g2.stop()
+
+
+def test_credentials_in_llm_base_url_never_shown(tmp_path: Path) -> None:
+    """LLM_BASE_URL=http://user:pass@proxy/v1: used for the calls, absent from every log
+    line and from the reply the user gets when the call fails."""
+    password = "pr0xy-s3cret"
+    tg, llm = FakeTelegram(token=TOKEN), FakeOpenAI(basic_auth=("gantry", password))
+    tg.start_in_thread()
+    llm.start_in_thread()
+    (tmp_path / "persona").mkdir()
+    g = Gantry({
+        "PATH": os.environ["PATH"], "CHANNEL": "telegram", "TELEGRAM_BOT_TOKEN": TOKEN,
+        "TELEGRAM_ALLOWED_USERS": str(USER), "TELEGRAM_API_URL": tg.base_url,
+        "LLM_BASE_URL": llm.credentialed_url, "LLM_API_KEY": "sk-e2e-secret-key",
+        "LLM_MODEL": "fake-model", "DATA_DIR": str(tmp_path / "data"),
+        "PERSONA_DIR": str(tmp_path / "persona"), "LOG_LEVEL": "debug",
+    })
+    try:
+        g.start()
+        tg.push_text(USER, "via the proxy")
+        assert tg.wait_sent_sync(USER, 1, timeout=90) == ["echo: via the proxy"]
+        llm.push(*[HTTPError(502, f"bad gateway at {llm.credentialed_url}")] * 4)
+        tg.push_text(USER, "and now?")
+        reply = tg.wait_sent_sync(USER, 2, timeout=90)[1]
+        assert g.stop() == 0
+    finally:
+        g.stop(signal.SIGKILL)
+        tg.stop()
+        llm.stop()
+    assert reply == "Sorry — the model call failed (HTTP 502). Please try again in a moment."
+    assert password not in g.stderr and "gantry:" not in g.stderr
+    assert "[REDACTED]@127.0.0.1" in g.stderr or "127.0.0.1" in g.stderr
+    no_secrets(g)
+
+
+def test_slow_but_successful_send_is_sent_once(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run
+) -> None:
+    """sendMessage answered after 11 s (past the 10 s shutdown grace): outside shutdown it
+    is not cut and retried, so the user gets the reply once."""
+    tg, _ = fakes
+    tg.fail("sendMessage", "slow", delay=11)
+    g = run()
+    tg.push_text(USER, "patience")
+    wait(lambda: states(g.env["DATA_DIR"]).get("patience") == "answered", 120,
+         "the answered record")
+    time.sleep(1.0)
+    assert tg.sent_texts(USER) == ["echo: patience"]
+    assert len(tg.calls("sendMessage")) == 1
+    assert g.stop() == 0
+
+
+def test_crash_loop_on_one_message_ends_in_failed(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run
+) -> None:
+    """A message during whose turn the process dies, start after start: after
+    MAX_ATTEMPTS starts it is marked failed, the user is told, and the next start is clean."""
+    from gantry.channel.telegram_store import MAX_ATTEMPTS
+
+    tg, llm = fakes
+    llm.default = Echo(delay=60)
+    tg.push_text(USER, "deadly")
+    for crash in range(MAX_ATTEMPTS):
+        g = run()
+        wait(lambda n=crash: len(llm.requests) > n, 90, "the model request")
+        g.stop(signal.SIGKILL)
+    llm.default = Echo()
+    g = run()
+    assert tg.wait_sent_sync(USER, 1, timeout=90)[0].startswith("Sorry — I could not process")
+    wait(lambda: states(g.env["DATA_DIR"]).get("deadly") == "failed", 30, "the failed mark")
+    assert len(llm.requests) == MAX_ATTEMPTS  # not tried a fourth time
+    tg.push_text(USER, "alive?")
+    assert tg.wait_sent_sync(USER, 2, timeout=90)[1] == "echo: alive?"
+    assert g.stop() == 0
+    assert "message failed repeatedly; marked failed and skipped" in g.stderr
+    no_secrets(g)

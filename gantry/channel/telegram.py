@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import ssl
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,10 +21,15 @@ from aiogram import Bot
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import (
+    ClientDecodeError,
     TelegramAPIError,
     TelegramBadRequest,
     TelegramConflictError,
+    TelegramEntityTooLarge,
+    TelegramForbiddenError,
+    TelegramMigrateToChat,
     TelegramNetworkError,
+    TelegramNotFound,
     TelegramRetryAfter,
     TelegramServerError,
     TelegramUnauthorizedError,
@@ -31,7 +37,7 @@ from aiogram.exceptions import (
 from aiogram.types import BotCommand, Message, Update
 
 from gantry.channel.base import Inbound, Responder, TurnAborted
-from gantry.channel.telegram_store import Accepted, Pending, TelegramStore
+from gantry.channel.telegram_store import MAX_ATTEMPTS, Accepted, Pending, TelegramStore
 from gantry.channel.tgfilter import GROUP_CHATS, LogOnce, addressed
 from gantry.channel.tgformat import (
     TELEGRAM_LIMIT,
@@ -53,8 +59,22 @@ NON_TEXT_REPLY = "I can only read text messages for now."
 TYPING_EVERY = 4.0
 EDIT_GAP = 1.0
 STRANGER_LOG_EVERY = 3600.0  # also how often an ignored group chat is logged
-DELIVERY_GRACE = 10.0
+STRANGERS_MAX = 1024  # users remembered for the once-an-hour log line
+DELIVERY_GRACE = 10.0  # how long a delivery may still run once shutdown has begun
+PRUNE_EVERY = 3600.0  # seconds between prunes of finished updates
+BACKOFF_FIRST = 1.0  # first retry delay of the poller and the chat workers
 PLACEHOLDER = "…"
+FAILED_REPLY = (
+    "Sorry — I could not process this message; it failed repeatedly and was skipped. "
+    "Please send it again."
+)
+
+# Errors that say nothing about the message: Telegram or the network is down for a while.
+TRANSIENT = (TelegramNetworkError, TelegramServerError, TelegramRetryAfter, ClientDecodeError,
+             TelegramUnauthorizedError, TelegramConflictError, OSError, TimeoutError)
+# Errors that will never go away for this chat: blocked, kicked, deleted, invalid.
+PERMANENT = (TelegramForbiddenError, TelegramNotFound, TelegramBadRequest,
+             TelegramEntityTooLarge)
 
 
 class _Session(AiohttpSession):
@@ -77,6 +97,15 @@ def _not_modified(exc: TelegramBadRequest) -> bool:
 
 def _bad_entities(exc: TelegramBadRequest) -> bool:
     return "can't parse entities" in exc.message.lower() or "entit" in exc.message.lower()
+
+
+def _permanent(exc: BaseException) -> bool:
+    return isinstance(exc, PERMANENT) and not isinstance(exc, TelegramMigrateToChat)
+
+
+def _expected(exc: BaseException) -> bool:
+    """A failure Telegram or the network explains (logged without a traceback)."""
+    return isinstance(exc, (*TRANSIENT, TelegramAPIError))
 
 
 def parts_for(reply: str) -> list[Rendered]:
@@ -123,12 +152,15 @@ class TelegramChannel:
         self._active: set[int] = set()
         self._edit_at: dict[int, float] = {}  # chat → earliest time the next edit may go
         self.groups = groups
-        self._strangers = LogOnce(STRANGER_LOG_EVERY)
+        self._strangers = LogOnce(STRANGER_LOG_EVERY, STRANGERS_MAX)
         self._group_log = LogOnce(STRANGER_LOG_EVERY)
         self._me_id = 0
         self._me_username = ""
         self._tg: Any = None
         self._respond: Responder | None = None
+        self._closing = False
+        self._deliveries: set[anyio.CancelScope] = set()
+        self._pruned_at = 0.0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -138,11 +170,15 @@ class TelegramChannel:
             await self._start()
             self.store.prune()
             ready()
+            self._pruned_at = time.monotonic()
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 for chat in self.store.pending_chats():
                     self._kick(chat)
-                await self._poll()
+                try:
+                    await self._poll()
+                finally:
+                    self._begin_grace()
         finally:
             with anyio.CancelScope(shield=True):
                 await self.bot.session.close()
@@ -166,19 +202,24 @@ class TelegramChannel:
                 ) from None
             except TelegramRetryAfter as exc:
                 await anyio.sleep(exc.retry_after)
-            except (TelegramNetworkError, TelegramServerError, TelegramAPIError) as exc:
+            except Exception as exc:  # an HTML error page, a reset, a 5xx: all worth a retry
                 delay = backoff.next()
                 log.warning("telegram not reachable at start; retrying",
-                            extra={"error": str(exc), "retry_in_s": delay})
+                            extra={"error": f"{type(exc).__name__}: {exc}", "retry_in_s": delay},
+                            exc_info=None if _expected(exc) else exc)
                 await anyio.sleep(delay)
 
     # ------------------------------------------------------------------ polling
 
     async def _poll(self) -> None:
-        backoff = Backoff()
+        """Long-poll forever. Every failure is retried with backoff: the poller is the
+        channel's lifeline, so nothing it meets may end it."""
+        backoff = Backoff(first=BACKOFF_FIRST)
+        bad_batch = 0
         while True:
-            offset = self.store.next_offset()
             try:
+                self._housekeeping()
+                offset = self.store.next_offset()
                 updates = await self.bot.get_updates(
                     offset=offset or None,
                     timeout=self.poll_timeout,
@@ -203,15 +244,46 @@ class TelegramChannel:
                 log.error("telegram rejected the bot token (401); was it revoked? retrying")
                 await anyio.sleep(60)
                 continue
-            except (TelegramNetworkError, TelegramServerError, TelegramAPIError) as exc:
+            except Exception as exc:  # network, 5xx, an HTML page instead of JSON, the DB…
                 delay = backoff.next()
-                log.warning("getUpdates failed; retrying",
-                            extra={"error": str(exc), "retry_in_s": delay})
+                expected = _expected(exc)
+                log.log(logging.WARNING if expected else logging.ERROR,
+                        "getUpdates failed; retrying",
+                        extra={"error": f"{type(exc).__name__}: {exc}", "retry_in_s": delay},
+                        exc_info=None if expected else exc)
+                await anyio.sleep(delay)
+                continue
+            try:
+                if updates:
+                    self._accept(updates)
+                bad_batch = 0
+            except Exception as exc:  # not confirmed: the batch comes back on the next poll
+                bad_batch += 1
+                ids = [u.update_id for u in updates]
+                delay = backoff.next()
+                log.error("could not record a batch of updates; retrying",
+                          extra={"update_ids": ids, "retry_in_s": delay}, exc_info=exc)
+                if bad_batch >= MAX_ATTEMPTS:  # it will never go in: skip it, never loop
+                    log.error("skipping updates that cannot be recorded",
+                              extra={"update_ids": ids})
+                    with contextlib.suppress(Exception):
+                        self.store.accept([], max(ids) + 1)
+                        bad_batch = 0
                 await anyio.sleep(delay)
                 continue
             backoff.reset()
-            if updates:
-                self._accept(updates)
+
+    def _housekeeping(self) -> None:
+        """Hourly: forget finished updates older than a week and expired stranger marks."""
+        now = time.monotonic()
+        if now - self._pruned_at < PRUNE_EVERY:
+            return
+        self._pruned_at = now
+        pruned = self.store.prune()
+        if pruned:
+            log.info("pruned finished updates", extra={"count": pruned})
+        self._strangers.expire(now)
+        self._group_log.expire(now)
 
     def _accept(self, updates: list[Update]) -> None:
         accepted: list[Accepted] = []
@@ -262,29 +334,110 @@ class TelegramChannel:
             self._tg.start_soon(self._worker, chat)
 
     async def _worker(self, chat: int) -> None:
-        backoff = Backoff(cap=60.0)
+        """Answer the chat's pending updates in order. An error boundary: whatever one
+        update does, it is logged and counted, and the worker carries on."""
+        backoff = Backoff(first=BACKOFF_FIRST, cap=60.0)
         try:
             while True:
                 await anyio.lowlevel.checkpoint()  # stop here once shutdown has begun
-                row = self.store.next_pending(chat)
-                if row is None:
-                    return
-                if row.reply is None:
-                    try:
-                        row.reply = await self._answer(row)
-                    except TurnAborted:
+                try:
+                    row = self.store.next_pending(chat)
+                    if row is None:
                         return
-                    self.store.set_reply(row.update_id, row.reply)
-                done = False
-                with anyio.CancelScope(shield=True) as grace:
-                    grace.deadline = anyio.current_time() + DELIVERY_GRACE
-                    done = await self._deliver(row)
-                if not done:
-                    await anyio.sleep(backoff.next())
-                else:
+                    progressed = await self._process(row)
+                except TurnAborted:
+                    return  # shutdown cut the turn: the update stays pending for next start
+                except Exception as exc:
+                    log.error("chat worker failed; retrying", extra={"chat_id": chat},
+                              exc_info=exc)
+                    progressed = False
+                if progressed:
                     backoff.reset()
+                else:
+                    await anyio.sleep(backoff.next())
         finally:
             self._active.discard(chat)
+            self._edit_at.pop(chat, None)
+
+    async def _process(self, row: Pending) -> bool:
+        """One step for one update: the turn, then delivery. False means "back off".
+
+        Each attempt is counted before it starts, so a crash counts too; an attempt that
+        failed for reasons outside the update (Telegram down, shutdown) is uncounted.
+        After MAX_ATTEMPTS counted failures in a row the update is given up, never retried
+        forever: a failed turn gets FAILED_REPLY, a failed delivery ends the update.
+        """
+        if row.reply is None:
+            attempts = self.store.begin_attempt(row.update_id)
+            if attempts > MAX_ATTEMPTS:
+                log.error("message failed repeatedly; marked failed and skipped",
+                          extra={"update_id": row.update_id, "chat_id": row.chat_id,
+                                 "attempts": attempts - 1})
+                row.reply = FAILED_REPLY
+                self.store.set_reply(row.update_id, FAILED_REPLY,
+                                     error=f"the turn failed {attempts - 1} times in a row")
+            else:
+                try:
+                    # Shielded: once the turn has an answer, it is stored, even at shutdown
+                    # (the turn itself is cut at the drain deadline by TurnAborted).
+                    with anyio.CancelScope(shield=True):
+                        reply = await self._answer(row)
+                        self.store.set_reply(row.update_id, reply)
+                except TurnAborted:
+                    self.store.undo_attempt(row.update_id)
+                    raise
+                except Exception as exc:
+                    log.error("turn failed; will retry",
+                              extra={"update_id": row.update_id, "chat_id": row.chat_id,
+                                     "attempt": attempts}, exc_info=exc)
+                    return False
+                row.reply = reply
+        attempts = self.store.begin_attempt(row.update_id)
+        if attempts > MAX_ATTEMPTS:
+            log.error("reply delivery failed repeatedly; marked failed and skipped",
+                      extra={"update_id": row.update_id, "chat_id": row.chat_id,
+                             "attempts": attempts - 1})
+            self.store.finish(row.update_id, "failed",
+                              f"delivery failed {attempts - 1} times in a row")
+            return True
+        with anyio.CancelScope(shield=True) as scope:
+            self._deliveries.add(scope)
+            if self._closing:
+                scope.deadline = anyio.current_time() + DELIVERY_GRACE
+            try:
+                await self._deliver(row)
+                return True
+            except Exception as exc:
+                return self._delivery_failed(row, exc)
+            finally:
+                self._deliveries.discard(scope)
+        self.store.undo_attempt(row.update_id)  # cut by the shutdown grace: resumed next start
+        return False
+
+    def _delivery_failed(self, row: Pending, exc: Exception) -> bool:
+        where = {"update_id": row.update_id, "chat_id": row.chat_id, "part": row.sent_parts}
+        if _permanent(exc):
+            log.error("Telegram refused the reply for good; marked undeliverable",
+                      extra={**where, "error": f"{type(exc).__name__}: {exc}"})
+            self.store.finish(row.update_id, "undeliverable", f"{type(exc).__name__}: {exc}")
+            return True
+        if isinstance(exc, TRANSIENT):
+            log.warning("reply delivery failed; will retry",
+                        extra={**where, "error": f"{type(exc).__name__}: {exc}"})
+            self.store.undo_attempt(row.update_id)
+            return False
+        log.error("reply delivery failed unexpectedly; will retry", extra=where, exc_info=exc)
+        return False
+
+    def _begin_grace(self) -> None:
+        """Shutdown has begun: deliveries in flight (and any still starting) get
+        DELIVERY_GRACE seconds more, then give way. Before this, they have no limit of
+        ours (aiogram's request timeout governs): cutting a slow send that Telegram then
+        completes would send the reply twice."""
+        self._closing = True
+        limit = anyio.current_time() + DELIVERY_GRACE
+        for scope in self._deliveries:
+            scope.deadline = min(scope.deadline, limit)
 
     async def _answer(self, row: Pending) -> str:
         assert self._respond is not None
@@ -294,51 +447,63 @@ class TelegramChannel:
                           text=row.text, message_id=str(row.message_id),
                           group=row.chat_id != row.user_id)
         stream = TelegramStream(self, row) if self.stream_replies else None
+        aborted = False
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._typing, row.chat_id)
             try:
                 reply = await self._respond(inbound, stream)
+            except TurnAborted:  # raised here, not through the task group: no ExceptionGroup
+                aborted = True
             finally:
                 tg.cancel_scope.cancel()
+        if aborted:
+            raise TurnAborted
         if stream is not None:
             row.stream_msgs = stream.message_ids
         return reply
 
     async def _typing(self, chat: int) -> None:
+        """The typing indicator: cosmetic, so no failure of it may touch the turn."""
         while True:
             try:
                 await self.bot.send_chat_action(chat_id=chat, action="typing")
-            except TelegramAPIError as exc:
+            except Exception as exc:
                 log.debug("typing indicator failed", extra={"error": str(exc)})
+                if _permanent(exc):
+                    return
             await anyio.sleep(TYPING_EVERY)
 
     # ------------------------------------------------------------------ delivery
 
-    async def _deliver(self, row: Pending) -> bool:
-        """Send the parts not yet sent (editing streamed messages in place). True when done."""
+    async def _deliver(self, row: Pending) -> None:
+        """Send the parts not yet sent (editing streamed messages in place); raises what
+        Telegram raised (the worker judges whether it is transient or final)."""
         assert row.reply is not None
         parts = parts_for(row.reply)
         for i in range(row.sent_parts, len(parts)):
             existing = row.stream_msgs[i] if i < len(row.stream_msgs) else None
-            try:
-                if existing is not None:
-                    await self._edit_final(row.chat_id, existing, parts[i])
-                else:
-                    await self._send(row.chat_id, parts[i])
-            except (TelegramAPIError, OSError) as exc:
-                log.warning("reply delivery failed; will retry",
-                            extra={"chat_id": row.chat_id, "part": i, "error": str(exc)})
-                return False
+            if existing is not None:
+                await self._edit_final(row.chat_id, existing, parts[i])
+            else:
+                await self._send(row.chat_id, parts[i])
             row.sent_parts = i + 1
             self.store.mark_sent(row.update_id, row.sent_parts, len(parts))
         for extra in row.stream_msgs[len(parts):]:  # streamed text outgrew the final reply
             await self._quiet_delete(row.chat_id, extra)
         if row.sent_parts >= len(parts):
             self.store.mark_sent(row.update_id, len(parts), len(parts))
-        return True
 
     async def _send(self, chat: int, part: Rendered) -> int:
-        """sendMessage with entities, falling back to plain text if Telegram rejects them."""
+        """sendMessage with entities, falling back to plain text if Telegram rejects them,
+        and following a group's migration to a supergroup."""
+        try:
+            return await self._send_to(chat, part)
+        except TelegramMigrateToChat as exc:
+            log.info("the group became a supergroup; replying there",
+                     extra={"chat_id": chat, "new_chat_id": exc.migrate_to_chat_id})
+            return await self._send_to(exc.migrate_to_chat_id, part)
+
+    async def _send_to(self, chat: int, part: Rendered) -> int:
         for attempt in range(5):
             try:
                 try:
@@ -410,7 +575,7 @@ class TelegramChannel:
                 await anyio.sleep(0.5 * 2**attempt)
 
     async def _quiet_delete(self, chat: int, message_id: int) -> None:
-        with contextlib.suppress(TelegramAPIError):
+        with contextlib.suppress(Exception):  # a leftover streamed message: cosmetic
             await self.bot.delete_message(chat_id=chat, message_id=message_id)
 
     # ------------------------------------------------------------------ push (cron)
@@ -433,9 +598,18 @@ class TelegramStream:
         self.message_ids: list[int] = list(row.stream_msgs)
         self.text = ""  # text of the current (last) message
         self.shown = ""
+        self.dead = False
 
     async def write(self, delta: str) -> None:
         self.text += delta
+        if self.dead:
+            return
+        try:
+            await self._write()
+        except Exception as exc:
+            self._failed(exc)
+
+    async def _write(self) -> None:
         if utf16_len(self.text) > TELEGRAM_LIMIT:
             head, *rest = split_text(self.text, TELEGRAM_LIMIT - 1)
             await self._show(head, force=True)
@@ -448,8 +622,18 @@ class TelegramStream:
     async def discard(self) -> None:
         """A tool round: the preamble goes; the placeholder stays for the answer."""
         self.text = ""
-        if self.message_ids and self.shown:
-            await self._show(PLACEHOLDER, force=True)
+        if self.message_ids and self.shown and not self.dead:
+            try:
+                await self._show(PLACEHOLDER, force=True)
+            except Exception as exc:
+                self._failed(exc)
+
+    def _failed(self, exc: Exception) -> None:
+        """Showing progress is cosmetic: a failure never reaches the turn. After a final
+        refusal (bot blocked, chat gone) the stream stops trying; delivery decides."""
+        if _permanent(exc):
+            self.dead = True
+        log.debug("stream update failed", extra={"error": f"{type(exc).__name__}: {exc}"})
 
     async def finish(self, final_text: str) -> None:
         """Final delivery happens in the channel's _deliver (tracked for exactly-once)."""
@@ -457,8 +641,9 @@ class TelegramStream:
     async def _new_message(self) -> None:
         try:
             mid = await self.ch._send(self.row.chat_id, Rendered(self.text or PLACEHOLDER, []))
-        except (TelegramAPIError, OSError) as exc:
+        except Exception as exc:
             log.warning("could not send the streaming placeholder", extra={"error": str(exc)})
+            self.dead = self.dead or _permanent(exc)
             return
         self.message_ids.append(mid)
         self.shown = self.text or PLACEHOLDER
@@ -483,5 +668,5 @@ class TelegramStream:
                 self.shown = text
             else:
                 log.debug("stream edit rejected", extra={"error": exc.message[:200]})
-        except (TelegramNetworkError, TelegramServerError) as exc:
-            log.debug("stream edit failed", extra={"error": str(exc)})
+        except Exception as exc:  # 403 blocked, network, an HTML error page…
+            self._failed(exc)

@@ -2,7 +2,10 @@
 
 An update is *accepted* (row written and offset advanced in one transaction) before
 Telegram is told it was received, *replied* once the agent's answer is stored, and
-*answered* when every part is delivered. A restart resumes whatever is not answered.
+*answered* when every part is delivered. A restart resumes whatever is still accepted or
+replied. Two other ends exist, so nothing stays pending forever: *failed* (processing
+crashed or failed unexpectedly MAX_ATTEMPTS times in a row) and *undeliverable* (Telegram
+refused the reply for good: bot blocked, chat gone).
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ import time
 from collections.abc import Sequence
 
 import msgspec
+
+PENDING = "state IN ('accepted', 'replied')"
+MAX_ATTEMPTS = 3  # consecutive crashed/failed attempts before an update is given up
 
 
 class Pending(msgspec.Struct):
@@ -23,6 +29,7 @@ class Pending(msgspec.Struct):
     reply: str | None
     sent_parts: int
     stream_msgs: list[int]
+    attempts: int = 0
 
 
 class Accepted(msgspec.Struct, frozen=True):
@@ -46,10 +53,22 @@ class TelegramStore:
         return int(rows[0][0]) if rows else 0  # type: ignore[call-overload]
 
     def accept(self, updates: Sequence[Accepted], next_offset: int) -> None:
-        """Record accepted updates and the new offset atomically (duplicates ignored)."""
+        """Record accepted updates and the offset after this batch, atomically.
+
+        Exactly-once rests on the stored update ids, not on offsets only growing: a
+        redelivered update is recognised by its id and ignored. The offset is simply the one
+        after the batch just accepted, because Telegram may restart update ids from a lower
+        value after a week without updates. A stored id that comes back for a different
+        message is such a restart: the old row, long finished, makes way for the new one.
+        """
         now = time.time()
         with self.conn:  # type: ignore[attr-defined]
             for u in updates:
+                self._rows(
+                    f"DELETE FROM telegram_update WHERE update_id = ? AND NOT ({PENDING}) "
+                    "AND (chat_id != ? OR message_id != ?)",
+                    (u.update_id, u.chat_id, u.message_id),
+                )
                 self._rows(
                     "INSERT OR IGNORE INTO telegram_update (update_id, chat_id, user_id, "
                     "message_id, text, state, reply, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -58,21 +77,21 @@ class TelegramStore:
                 )
             self._rows(
                 "INSERT INTO telegram_state (id, next_offset) VALUES (1, ?) ON CONFLICT (id) "
-                "DO UPDATE SET next_offset = max(next_offset, excluded.next_offset)",
+                "DO UPDATE SET next_offset = excluded.next_offset",
                 (next_offset,),
             )
 
     def pending_chats(self) -> list[int]:
         rows = self._rows(
-            "SELECT DISTINCT chat_id FROM telegram_update WHERE state != 'answered' ORDER BY 1"
+            f"SELECT DISTINCT chat_id FROM telegram_update WHERE {PENDING} ORDER BY 1"
         )
         return [int(r[0]) for r in rows]  # type: ignore[call-overload]
 
     def next_pending(self, chat_id: int) -> Pending | None:
-        """The oldest unanswered update of a chat (per-chat arrival order)."""
+        """The oldest unfinished update of a chat (per-chat arrival order)."""
         rows = self._rows(
             "SELECT update_id, chat_id, user_id, message_id, text, reply, sent_parts, "
-            "stream_msgs FROM telegram_update WHERE chat_id = ? AND state != 'answered' "
+            f"stream_msgs, attempts FROM telegram_update WHERE chat_id = ? AND {PENDING} "
             "ORDER BY update_id LIMIT 1",
             (chat_id,),
         )
@@ -82,14 +101,45 @@ class TelegramStore:
         return Pending(
             int(r[0]), int(r[1]), int(r[2]), int(r[3]), str(r[4]),  # type: ignore[call-overload]
             None if r[5] is None else str(r[5]), int(r[6]),  # type: ignore[call-overload]
-            [int(x) for x in json.loads(str(r[7]))],
+            [int(x) for x in json.loads(str(r[7]))], int(r[8]),  # type: ignore[call-overload]
         )
 
-    def set_reply(self, update_id: int, reply: str) -> None:
+    def set_reply(self, update_id: int, reply: str, error: str | None = None) -> None:
+        """Store the reply to deliver; `error` set means it stands in for a failed turn."""
         with self.conn:  # type: ignore[attr-defined]
             self._rows(
-                "UPDATE telegram_update SET reply = ?, state = 'replied' WHERE update_id = ?",
-                (reply, update_id),
+                "UPDATE telegram_update SET reply = ?, state = 'replied', attempts = 0, "
+                "error = ? WHERE update_id = ?",
+                (reply, error, update_id),
+            )
+
+    def begin_attempt(self, update_id: int) -> int:
+        """Count an attempt before making it (so a crash counts too); the new count."""
+        with self.conn:  # type: ignore[attr-defined]
+            rows = self._rows(
+                "UPDATE telegram_update SET attempts = attempts + 1 WHERE update_id = ? "
+                "RETURNING attempts",
+                (update_id,),
+            )
+        return int(rows[0][0]) if rows else 0  # type: ignore[call-overload]
+
+    def undo_attempt(self, update_id: int) -> None:
+        """The attempt ended in a way that says nothing about the update (Telegram
+        unreachable, shutdown): it does not count towards giving up."""
+        with self.conn:  # type: ignore[attr-defined]
+            self._rows(
+                "UPDATE telegram_update SET attempts = max(0, attempts - 1) WHERE update_id = ?",
+                (update_id,),
+            )
+
+    def finish(self, update_id: int, state: str, error: str) -> None:
+        """End an update as `failed` or `undeliverable`, saying why."""
+        assert state in ("failed", "undeliverable")
+        with self.conn:  # type: ignore[attr-defined]
+            self._rows(
+                "UPDATE telegram_update SET state = ?, error = ?, answered_at = ? "
+                "WHERE update_id = ?",
+                (state, error[:500], time.time(), update_id),
             )
 
     def set_stream_msgs(self, update_id: int, message_ids: Sequence[int]) -> None:
@@ -100,20 +150,36 @@ class TelegramStore:
             )
 
     def mark_sent(self, update_id: int, parts: int, total: int) -> None:
-        """Record delivered parts; the update is answered when all `total` are out."""
-        state = "answered" if parts >= total else "replied"
+        """Record delivered parts; the update is answered when all `total` are out (failed,
+        if the reply stood in for a turn that kept failing)."""
+        done = parts >= total
         with self.conn:  # type: ignore[attr-defined]
             self._rows(
-                "UPDATE telegram_update SET sent_parts = ?, state = ?, "
-                "answered_at = CASE WHEN ? = 'answered' THEN ? ELSE answered_at END "
+                "UPDATE telegram_update SET sent_parts = ?, "
+                "state = CASE WHEN ? THEN (CASE WHEN error IS NULL THEN 'answered' "
+                "ELSE 'failed' END) ELSE 'replied' END, "
+                "answered_at = CASE WHEN ? THEN ? ELSE answered_at END "
                 "WHERE update_id = ?",
-                (parts, state, state, time.time(), update_id),
+                (parts, done, done, time.time(), update_id),
             )
 
-    def prune(self, keep_seconds: float = 7 * 86400) -> None:
-        """Forget answered updates older than a week (offsets make them unreachable)."""
+    def state(self, update_id: int) -> tuple[str, int, str | None] | None:
+        """(state, attempts, error) of one update, for logs and tests."""
+        rows = self._rows(
+            "SELECT state, attempts, error FROM telegram_update WHERE update_id = ?",
+            (update_id,),
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        return str(r[0]), int(r[1]), None if r[2] is None else str(r[2])  # type: ignore[call-overload]
+
+    def prune(self, keep_seconds: float = 7 * 86400) -> int:
+        """Forget finished updates older than a week; how many went."""
         with self.conn:  # type: ignore[attr-defined]
-            self._rows(
-                "DELETE FROM telegram_update WHERE state = 'answered' AND answered_at < ?",
+            rows = self._rows(
+                f"DELETE FROM telegram_update WHERE NOT ({PENDING}) AND answered_at < ? "
+                "RETURNING update_id",
                 (time.time() - keep_seconds,),
             )
+        return len(rows)

@@ -67,5 +67,12 @@ class LogOnce:
             del self._last[next(iter(self._last))]
         return True
 
+    def expire(self, now: float | None = None) -> None:
+        """Forget keys whose hour is over (they would be logged again anyway)."""
+        now = time.monotonic() if now is None else now
+        for key, at in list(self._last.items()):
+            if now - at >= self.every:
+                del self._last[key]
+
     def __len__(self) -> int:
         return len(self._last)

@@ -330,8 +330,9 @@ class SSEParser:
             self._buf = lines.pop()
         else:
             self._buf = b""
-        if lines and lines[-1].endswith(b"\r"):
-            self._skip_lf = True  # a CRLF may be split across chunks
+        # Only a CR at the very end of the data may be the first half of a CRLF split across
+        # chunks; a CR-terminated line followed by more text in this chunk was a bare CR.
+        self._skip_lf = not self._buf and bool(lines) and lines[-1].endswith(b"\r")
         events: list[SSEEvent] = []
         for raw in lines:
             self._line(raw.rstrip(b"\r\n"), events)

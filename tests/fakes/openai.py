@@ -21,6 +21,7 @@ Subprocess tests (`gantry run` in another process)::
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import ssl
 import threading
@@ -36,7 +37,9 @@ from aiohttp import web
 from tests.fakes._loopback import LoopbackServer
 
 __all__ = [
+    "BadGzip",
     "Call",
+    "CutJSON",
     "CutStream",
     "Echo",
     "FakeOpenAI",
@@ -146,7 +149,24 @@ class RawSSE:
     delay: float = 0.0
 
 
-Script = Reply | Echo | ToolCalls | HTTPError | CutStream | Malformed | RawSSE
+@dataclass(frozen=True)
+class CutJSON:
+    """A JSON reply (even to a stream request) that promises more bytes than it sends,
+    then drops the socket: the client sees an incomplete body while reading it."""
+
+    text: str = "never finished"
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class BadGzip:
+    """A 200 claiming `Content-Encoding: gzip` whose body is not gzip (a broken proxy)."""
+
+    content_type: str = "application/json"
+    delay: float = 0.0
+
+
+Script = Reply | Echo | ToolCalls | HTTPError | CutStream | Malformed | RawSSE | CutJSON | BadGzip
 
 
 @dataclass
@@ -268,13 +288,17 @@ class FakeOpenAI(LoopbackServer):
         self,
         *,
         api_key: str | None = None,
+        basic_auth: tuple[str, str] | None = None,
         model: str = "fake-model",
         default: Script | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        """`api_key` set → requests without `Bearer <api_key>` get a 401 like OpenAI's."""
+        """`api_key` set → requests without `Bearer <api_key>` get a 401 like OpenAI's.
+        `basic_auth` set → requests without that user/password get a 401 like a proxy's
+        (reach it with credentials in the URL: `credentialed_url`)."""
         super().__init__(ssl_context)
         self.api_key = api_key
+        self.basic_auth = basic_auth
         self.model = model
         self.default: Script = default or Echo()
         self.requests: list[RecordedRequest] = []
@@ -293,6 +317,15 @@ class FakeOpenAI(LoopbackServer):
         """Scripted replies not yet consumed."""
         with self._lock:
             return len(self._queue)
+
+    @property
+    def credentialed_url(self) -> str:
+        """`base_url` with the `basic_auth` user and password in it (http://u:p@host/v1)."""
+        if self.basic_auth is None:
+            raise AssertionError("credentialed_url needs FakeOpenAI(basic_auth=(user, pw))")
+        scheme, rest = self.base_url.split("://", 1)
+        user, password = self.basic_auth
+        return f"{scheme}://{user}:{password}@{rest}"
 
     @property
     def last_request(self) -> RecordedRequest:
@@ -327,6 +360,10 @@ class FakeOpenAI(LoopbackServer):
             f"Bearer {self.api_key}"
         ):
             return _error_response(401, "Incorrect API key provided.", "invalid_api_key")
+        if self.basic_auth is not None:
+            expected = "Basic " + base64.b64encode(":".join(self.basic_auth).encode()).decode()
+            if request.headers.get("Authorization") != expected:
+                return _error_response(401, "proxy authentication required")
         if not isinstance(body, dict):
             return _error_response(400, "We could not parse the JSON body of your request.")
         script = self._next()
@@ -344,6 +381,12 @@ class FakeOpenAI(LoopbackServer):
             return _scripted_error(script)
         if isinstance(script, RawSSE):
             return await _raw(request, script)
+        if isinstance(script, CutJSON):
+            return await _cut_body(request, ctx.completion({"content": script.text}, "stop", 0))
+        if isinstance(script, BadGzip):
+            return web.Response(body=b"\x1f\x8b\x08\x00garbage, not a gzip stream",
+                                headers={"Content-Type": script.content_type,
+                                         "Content-Encoding": "gzip"})
         if isinstance(script, CutStream) and not recorded.stream:
             return await _cut_body(request, ctx.completion({"content": script.text}, "stop", 0))
         if isinstance(script, Malformed) and not recorded.stream:

@@ -54,7 +54,8 @@ __all__ = ["BotMessage", "Call", "FakeTelegram", "Fault", "FaultKind"]
 T = TypeVar("T")
 
 FaultKind = Literal[
-    "retry_after", "conflict", "server_error", "not_modified", "cant_parse", "dropped", "error"
+    "retry_after", "conflict", "server_error", "not_modified", "cant_parse", "dropped", "error",
+    "blocked", "chat_not_found", "migrated", "html_502", "slow",
 ]
 
 NOT_MODIFIED = (
@@ -67,6 +68,14 @@ CANT_PARSE = (
 CONFLICT_POLL = (
     "Conflict: terminated by other getUpdates request; "
     "make sure that only one bot instance is running"
+)
+BLOCKED = "Forbidden: bot was blocked by the user"
+CHAT_NOT_FOUND = "Bad Request: chat not found"
+MIGRATED = "Bad Request: group chat was upgraded to a supergroup chat"
+HTML_502 = (
+    "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
+    "<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n"
+    "</body>\r\n</html>\r\n"
 )
 CONFLICT_WEBHOOK = (
     "Conflict: can't use getUpdates method while webhook is active; "
@@ -106,6 +115,7 @@ class Fault:
     status: int = 400
     description: str = ""
     delay: float = 0.0
+    migrate_to: int = 0
 
 
 @dataclass
@@ -203,6 +213,7 @@ class FakeTelegram(LoopbackServer):
         self._calls: list[Call] = []
         self._updates: deque[dict[str, Any]] = deque()
         self._next_update_id = itertools.count(first_update_id)
+        self._last_issued = first_update_id - 1  # highest update id of the current sequence
         self._confirmed = 0
         self._allowed: list[str] | None = None
         self._message_ids: dict[str, itertools.count[int]] = {}
@@ -245,9 +256,18 @@ class FakeTelegram(LoopbackServer):
             full = {"update_id": next(self._next_update_id), **update}
             if "update_id" in update:
                 full["update_id"] = update["update_id"]
+            self._last_issued = max(self._last_issued, full["update_id"])
             self._updates.append(full)
         self._wake()
         return full
+
+    def restart_update_ids(self, first: int) -> None:
+        """Start update ids again from a lower `first`, as Telegram may after a week
+        without updates. An offset past the new sequence confirms nothing: getUpdates
+        then answers as if no offset had been given (the same updates come back)."""
+        with self._lock:
+            self._next_update_id = itertools.count(first)
+            self._last_issued = first - 1
 
     def fail(
         self,
@@ -259,15 +279,18 @@ class FakeTelegram(LoopbackServer):
         status: int = 400,
         description: str = "",
         delay: float = 0.0,
+        migrate_to: int = 0,
     ) -> None:
         """Answer the next `times` calls of `method` with a fault instead of handling them.
 
         kinds: retry_after (429 + parameters.retry_after), conflict (409), server_error
         (500), not_modified / cant_parse (400), dropped (socket closed, no response),
-        error (any `status` + `description`, e.g. 403 "Forbidden: bot was blocked by the
-        user"). `delay` seconds pass before the fault is delivered.
+        error (any `status` + `description`), blocked (403 "bot was blocked by the user"),
+        chat_not_found (400), migrated (400 + parameters.migrate_to_chat_id = `migrate_to`),
+        html_502 (a 502 whose body is nginx's HTML page, not JSON), slow (the call succeeds
+        normally, but only after `delay`). `delay` seconds pass before the fault is delivered.
         """
-        fault = Fault(kind, retry_after, status, description, delay)
+        fault = Fault(kind, retry_after, status, description, delay, migrate_to)
         with self._lock:
             self._faults.setdefault(method.lower(), deque()).extend([fault] * times)
 
@@ -422,9 +445,10 @@ class FakeTelegram(LoopbackServer):
             return _answer_error(call, 401, "Unauthorized")
         if fault is not None:
             call.fault = fault.kind
-            if fault.delay:
+            if fault.delay and fault.kind != "slow":
                 await asyncio.sleep(fault.delay)
-            return _fault_response(request, call, fault)
+            if fault.kind != "slow":
+                return _fault_response(request, call, fault)
         handler = _METHODS.get(method.lower())
         if handler is None:
             return _answer_error(call, 404, "Not Found")
@@ -432,6 +456,10 @@ class FakeTelegram(LoopbackServer):
             result = await handler(self, params)
         except _Reply as err:
             return _answer_error(call, err.status, err.description, err.parameters)
+        if fault is not None and fault.kind == "slow":
+            # Like Telegram: the work is done (the message is sent) even if the client
+            # stops waiting for the answer.
+            await asyncio.sleep(fault.delay)
         call.status = 200
         return web.json_response({"ok": True, "result": result})
 
@@ -473,6 +501,9 @@ class FakeTelegram(LoopbackServer):
         if self.webhook_active:
             raise _Reply(409, CONFLICT_WEBHOOK)
         offset = int(params.get("offset") or 0)
+        with self._lock:
+            if offset > self._last_issued + 1:  # beyond the current sequence: ignored
+                offset = 0
         limit = min(100, max(1, int(params.get("limit") or 100)))
         timeout = max(0.0, float(params.get("timeout") or 0))
         with self._lock:
@@ -612,6 +643,15 @@ def _fault_response(request: web.Request, call: Call, fault: Fault) -> web.Strea
         return _answer_error(call, 400, NOT_MODIFIED)
     if fault.kind == "cant_parse":
         return _answer_error(call, 400, CANT_PARSE)
+    if fault.kind == "blocked":
+        return _answer_error(call, 403, BLOCKED)
+    if fault.kind == "chat_not_found":
+        return _answer_error(call, 400, CHAT_NOT_FOUND)
+    if fault.kind == "migrated":
+        return _answer_error(call, 400, MIGRATED, {"migrate_to_chat_id": fault.migrate_to})
+    if fault.kind == "html_502":
+        call.status = 502
+        return web.Response(status=502, text=HTML_502, content_type="text/html")
     if fault.kind == "dropped":
         call.status = 0
         if request.transport is not None:
