@@ -103,6 +103,13 @@ def _validator(schema: Mapping[str, Any]) -> Any:
     return cls(schema)
 
 
+def _describe(exc: BaseException) -> str:
+    """One line for an exception, looking inside exception groups for the real cause."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
 def violation(validator: Any, args: Mapping[str, Any]) -> str | None:
     """The first schema violation as one sentence naming the field, or None."""
     from jsonschema.exceptions import best_match
@@ -151,7 +158,8 @@ class Server:
                         self.session = session
                         self.state = "up"
                         up_at = time.monotonic()
-                        self.breaker.success()
+                        # Not breaker.success(): a server that restarts fine but fails every
+                        # call must still trip it. After an open spell the next call probes.
                         if first:
                             first = False
                             task_status.started()
@@ -169,10 +177,9 @@ class Server:
             except Exception as exc:
                 if first:
                     tail = self.child.tail() if self.child else ""
-                    raise ServerStartError(self._start_message(f"{type(exc).__name__}: {exc}",
-                                                               tail)) from None
+                    raise ServerStartError(self._start_message(_describe(exc), tail)) from None
                 self.breaker.failure()
-                reason = f"{type(exc).__name__}: {exc}"
+                reason = _describe(exc)
                 log.warning("mcp server failed", extra={"server": self.name, "error": reason})
             finally:
                 self.session = None
@@ -208,28 +215,22 @@ class Server:
         )
 
     async def _initialize(self, session: Any, child: Child) -> None:
-        with anyio.move_on_after(INIT_TIMEOUT) as scope:
-            init_task_done = anyio.Event()
-
-            async def watch() -> None:
-                # A child that dies during initialize: stop waiting at once.
-                await child.closed.wait()
-                if not init_task_done.is_set():
-                    scope.cancel()
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(watch)
-                try:
-                    result = await session.initialize()
-                    await self._list_tools(session)
-                finally:
-                    init_task_done.set()
-                    tg.cancel_scope.cancel()
-        if scope.cancelled_caught:
-            why = f"it exited ({child.reason})" if child.closed.is_set() else (
-                f"no answer to initialize within {INIT_TIMEOUT:g} s")
-            await anyio.sleep(0.1)  # its last stderr lines
-            raise ServerStartError(self._start_message(why, child.tail()))
+        """initialize + tools/list; a child that dies meanwhile fails it at once (its stdout
+        closes, and the SDK fails the pending request)."""
+        try:
+            with anyio.fail_after(INIT_TIMEOUT):
+                result = await session.initialize()
+                await self._list_tools(session)
+        except Exception as exc:
+            await anyio.sleep(0.2)  # its exit status and last stderr lines
+            code = child.process.returncode
+            if isinstance(exc, TimeoutError):
+                why = f"no answer to initialize within {INIT_TIMEOUT:g} s"
+            elif code is not None:
+                why = f"it exited with code {code}"
+            else:
+                why = _describe(exc)
+            raise ServerStartError(self._start_message(why, child.tail())) from None
         self.instructions = result.instructions or ""
 
     async def _serve(self, session: Any, child: Child) -> None:
@@ -407,8 +408,7 @@ class Host:
             except ServerStartError as exc:
                 failures.append(str(exc))
             except Exception as exc:
-                failures.append(f"MCP server {server.name!r} could not start: "
-                                f"{type(exc).__name__}: {exc}")
+                failures.append(f"MCP server {server.name!r} could not start: {_describe(exc)}")
 
         started = time.monotonic()
         async with anyio.create_task_group() as boot:

@@ -75,9 +75,9 @@ async def hang(seconds: float = 3600) -> str:
 
 
 @server.tool()
-def freeze(seconds: float = 3600) -> str:
+async def freeze(seconds: float = 3600) -> str:
     """Block the whole server process (it stops answering pings)."""
-    time.sleep(seconds)
+    time.sleep(seconds)  # in the event loop on purpose: sync tools would run in a thread
     return "thawed"
 
 
