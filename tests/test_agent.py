@@ -284,7 +284,13 @@ async def test_a_retried_turn_resumes_and_reruns_no_finished_call(
 
 def test_resume_point_is_pure_and_strict() -> None:
     from gantry.agent import resume_point, unanswered_calls
-    from gantry.wire.openai import AssistantMessage, FunctionCall, ToolCall, ToolMessage, UserMessage
+    from gantry.wire.openai import (
+        AssistantMessage,
+        FunctionCall,
+        ToolCall,
+        ToolMessage,
+        UserMessage,
+    )
 
     u = UserMessage("x")
     call = AssistantMessage(content=None, tool_calls=[ToolCall("c1", FunctionCall("f", "{}")),

@@ -11,7 +11,8 @@ from gantry.mcp.convert import exposed_names, first_line, parameters, result_tex
 from gantry.tools import NAME_RE
 
 
-@given(st.lists(st.text(max_size=80), max_size=12), st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,20}", fullmatch=True))
+@given(st.lists(st.text(max_size=80), max_size=12),
+       st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,20}", fullmatch=True))
 def test_names_are_valid_unique_and_order_independent(tools: list[str], server: str) -> None:
     names = exposed_names(server, tools)
     assert set(names) == set(tools)

@@ -101,7 +101,8 @@ def test_not_toml_and_wrong_shapes() -> None:
     assert "'server' must be an array" in problems("server = 3\n")[0]
     assert "must be between" in problems(
         f'[[server]]\nname="x"\ncommand="{PY}"\ntimeout_seconds=0\n')[0]
-    assert "env key '1X'" in problems(f'[[server]]\nname="x"\ncommand="{PY}"\nenv={{"1X"="v"}}\n')[0]
+    env_key = f'[[server]]\nname="x"\ncommand="{PY}"\nenv={{"1X"="v"}}\n'
+    assert "env key '1X'" in problems(env_key)[0]
 
 
 def test_empty_manifest_means_no_servers() -> None:
@@ -153,7 +154,9 @@ def _toml(servers: list[dict[str, object]]) -> str:
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.dictionaries(_keys, _value, max_size=6), max_size=4))
-def test_any_manifest_decodes_or_fails_with_named_problems(servers: list[dict[str, object]]) -> None:
+def test_any_manifest_decodes_or_fails_with_named_problems(
+    servers: list[dict[str, object]],
+) -> None:
     """Never a traceback: either valid specs, or a ManifestError whose lines name a server."""
     try:
         text = _toml(servers)

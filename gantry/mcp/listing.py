@@ -14,10 +14,8 @@ import anyio
 
 
 async def _collect(specs: Any, environ: Mapping[str, str]) -> list[Any]:
-    from gantry.mcp.host import Host
+    from gantry.mcp.host import Host, ServerStartError
     from gantry.tools import Registry
-
-    from gantry.mcp.host import ServerStartError
 
     host = Host(specs, Registry(), environ)
     failed: ServerStartError | None = None
