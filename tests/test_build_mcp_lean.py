@@ -53,7 +53,7 @@ def lean_mcp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     spec = importlib.util.find_spec("mcp")
     assert spec is not None and spec.submodule_search_locations
     root = tmp_path_factory.mktemp("lean")
-    shutil.copytree(list(spec.submodule_search_locations)[0], root / "mcp",
+    shutil.copytree(next(iter(spec.submodule_search_locations)), root / "mcp",
                     ignore=shutil.ignore_patterns("__pycache__"))
     for module, code in mcp_lean.sources(_all("mcp")).items():
         (root / module.replace(".", "/") / "__init__.py").write_text(code)
