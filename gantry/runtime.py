@@ -223,6 +223,8 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
                 tg.cancel_scope.cancel()
     finally:
         sdnotify.notify("STOPPING=1")
+        if mcp_host is not None:
+            log.info("mcp tool telemetry", extra={"tools": mcp_host.telemetry()})
         with anyio.CancelScope(shield=True):
             await provider.aclose()
         conn.close()
