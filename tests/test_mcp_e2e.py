@@ -72,6 +72,9 @@ def test_model_calls_a_real_server_and_sees_the_result(
     assert done["tools"] == ["st__echo", "time__get_current_time"]
     g.close_stdin()
     assert g.wait_exit() == 0
+    telemetry = g.wait_log("mcp tool telemetry")["tools"]
+    assert telemetry["time/get_current_time"]["calls"] == 1
+    assert telemetry["st/echo"]["errors"] == 0 and telemetry["st/echo"]["max_ms"] > 0
     g.assert_clean()
 
 
