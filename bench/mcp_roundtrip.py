@@ -38,6 +38,9 @@ def pct(samples: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))] * 1000
 
 
+CPU: dict[str, float] = {}  # variant → process CPU seconds per call (robust on a busy machine)
+
+
 async def bare(server: str, calls: int) -> list[float]:
     from mcp.client.session import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -49,10 +52,12 @@ async def bare(server: str, calls: int) -> list[float]:
         await session.list_tools()
         for _ in range(50):
             await session.call_tool("echo", {"text": "warm"})
+        cpu = time.process_time()
         for i in range(calls):
             t = time.perf_counter()
             await session.call_tool("echo", {"text": f"call {i}"})
             out.append(time.perf_counter() - t)
+        CPU["bare"] = (time.process_time() - cpu) / calls
     return out
 
 
@@ -68,10 +73,12 @@ async def gantry(server: str, calls: int) -> list[float]:
         await host.start(tg)
         for _ in range(50):
             await registry.call("st__echo", '{"text": "warm"}')
+        cpu = time.process_time()
         for i in range(calls):
             t = time.perf_counter()
             await registry.call("st__echo", f'{{"text": "call {i}"}}')
             out.append(time.perf_counter() - t)
+        CPU["gantry"] = (time.process_time() - cpu) / calls
         tg.cancel_scope.cancel()
     return out
 
@@ -103,12 +110,13 @@ def main() -> None:
     b = anyio.run(bare, server, args.calls)
     g = anyio.run(gantry, server, args.calls)
     print(f"tools/call echo on the static fixture, {args.calls} calls (ms per call)")
-    print(f"{'client':<22} {'p50':>8} {'p99':>8} {'mean':>8}")
-    for name, s in (("bare SDK ClientSession", b), ("gantry Registry.call", g)):
+    print(f"{'client':<22} {'p50':>8} {'p99':>8} {'mean':>8} {'CPU/call':>9}")
+    for name, key, s in (("bare SDK ClientSession", "bare", b),
+                         ("gantry Registry.call", "gantry", g)):
         print(f"{name:<22} {pct(s, 0.5):>8.3f} {pct(s, 0.99):>8.3f} "
-              f"{statistics.mean(s) * 1000:>8.3f}")
+              f"{statistics.mean(s) * 1000:>8.3f} {CPU[key] * 1000:>9.3f}")
     print(f"ratio gantry/bare: p50 {pct(g, 0.5) / pct(b, 0.5):.2f}x, "
-          f"p99 {pct(g, 0.99) / pct(b, 0.99):.2f}x")
+          f"p99 {pct(g, 0.99) / pct(b, 0.99):.2f}x, CPU {CPU['gantry'] / CPU['bare']:.2f}x")
 
     variants = {"source": [sys.executable, "-m", "gantry", "run"]}
     if args.binary.exists():
