@@ -93,14 +93,17 @@ def _validator(schema: Mapping[str, Any]) -> Any:
     from jsonschema import validators
     from jsonschema.exceptions import SchemaError
 
-    cls = validators.validator_for(schema)
     try:
+        cls = validators.validator_for(schema)
         cls.check_schema(schema)
+        return cls(schema)
     except SchemaError as exc:
-        log.warning("tool input schema is invalid; arguments not validated",
-                    extra={"error": exc.message[:200]})
-        return None
-    return cls(schema)
+        error = exc.message
+    except Exception as exc:  # e.g. an unknown $schema dialect: the call still goes through
+        error = f"{type(exc).__name__}: {exc}"
+    log.warning("tool input schema is unusable; arguments not validated",
+                extra={"error": error[:200]})
+    return None
 
 
 def _describe(exc: BaseException) -> str:
