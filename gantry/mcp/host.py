@@ -115,6 +115,8 @@ def _describe(exc: BaseException) -> str:
 
 def violation(validator: Any, args: Mapping[str, Any]) -> str | None:
     """The first schema violation as one sentence naming the field, or None."""
+    if validator.is_valid(args):  # the common case, without building error objects
+        return None
     from jsonschema.exceptions import best_match
 
     error = best_match(validator.iter_errors(args))
