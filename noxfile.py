@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import nox
@@ -13,10 +14,25 @@ ROOT = Path(__file__).parent
 DIST = ROOT / "dist" / "gantry"
 
 
+NPM_PREFIX = ROOT / ".nox" / "npm"
+# Third-party MCP servers from npm that the tests run (tests/fakes/mcp_servers.py finds them).
+NPM_TEST_PACKAGES = ("@modelcontextprotocol/server-everything@2026.8.31",)
+
+
+def install_npm_test_servers(session: nox.Session) -> None:
+    """npm packages the MCP tests use; without Node those tests skip with the reason."""
+    if shutil.which("npm") is None:
+        session.log("npm not found: tests against npm MCP servers will be skipped")
+        return
+    session.run("npm", "install", "--no-audit", "--no-fund", "--prefix", str(NPM_PREFIX),
+                *NPM_TEST_PACKAGES, external=True)
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Unit and integration tests against a source install (binary tests skip)."""
     session.install("-e", ".[test]")
+    install_npm_test_servers(session)
     session.run("python", "-m", "pytest", "-m", "not binary", *session.posargs)
 
 

@@ -1,5 +1,8 @@
 """What an idle `gantry run` costs, per channel: RSS and CPU after boot (prints; never fails).
 
+`stdio+mcp` is stdio with one MCP server in the manifest (the static C fixture); the server
+runs in its own session and is not counted: the figure is gantry's own.
+
     python bench/idle.py [--binary dist/gantry] [--seconds 10]
 
 Starts gantry (the frozen binary if present, and the source install) with CHANNEL=stdio and
@@ -24,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from _proc import rss_kib, tree  # noqa: E402
 
+from tests.fakes.mcp_servers import static_fixture, toml_server  # noqa: E402
 from tests.fakes.openai import FakeOpenAI  # noqa: E402
 from tests.fakes.telegram import FakeTelegram  # noqa: E402
 
@@ -47,10 +51,22 @@ def cpu_s(pids: list[int]) -> float:
     return total / TICK
 
 
+def _sid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
 def measure(cmd: list[str], channel: str, seconds: float) -> tuple[float, float, float]:
     """(boot-to-first-reply s, idle RSS MiB, idle CPU ms per second)."""
+    mcp = channel == "stdio+mcp"
+    channel = channel.removesuffix("+mcp")
     with FakeOpenAI() as llm, FakeTelegram(token=TOKEN) as tg, tempfile.TemporaryDirectory() as d:
+        manifest = Path(d) / "mcp.toml"
+        manifest.write_text(toml_server("st", [str(static_fixture())]) if mcp else "")
         env = {"PATH": os.environ["PATH"], "CHANNEL": channel, "LLM_BASE_URL": llm.base_url,
+               "MCP_MANIFEST": str(manifest),
                "LLM_API_KEY": "sk-bench", "LLM_MODEL": "m", "DATA_DIR": d, "PERSONA_DIR": d,
                "TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_ALLOWED_USERS": str(USER),
                "TELEGRAM_API_URL": tg.base_url, "LOG_LEVEL": "warning"}
@@ -68,7 +84,7 @@ def measure(cmd: list[str], channel: str, seconds: float) -> tuple[float, float,
                 tg.wait_sent_sync(USER, 1, timeout=60)
             boot = time.perf_counter() - start
             time.sleep(1.0)
-            pids = tree(proc.pid)
+            pids = [p for p in tree(proc.pid) if _sid(p) == _sid(proc.pid)]  # not MCP children
             c0 = cpu_s(pids)
             time.sleep(seconds)
             c1 = cpu_s(pids)
@@ -93,7 +109,7 @@ def main() -> None:
     print(f"{'variant':<8} {'channel':<9} {'boot→reply s':>13} {'idle RSS MiB':>13} "
           f"{'idle CPU ms/s':>14}")
     for name, cmd in variants.items():
-        for channel in ("stdio", "telegram"):
+        for channel in ("stdio", "stdio+mcp", "telegram"):
             boot, rss, cpu = measure(cmd, channel, args.seconds)
             print(f"{name:<8} {channel:<9} {boot:>13.2f} {rss:>13.1f} {cpu:>14.2f}")
 

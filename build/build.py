@@ -86,6 +86,36 @@ NOFOLLOW = (
 INCLUDE_MODULES = ("_json", "_bisect")
 
 
+# ------------------------------------------------------------------ mcp: client without servers
+# `import mcp.client.session` runs three package __init__s that import mcp's server half and its
+# web stack (starlette, sse-starlette, uvicorn, python-multipart, cryptography). The build
+# replaces those __init__s with lazy ones (build/mcp_lean.py) through a Nuitka package
+# configuration; anything that imports the server half by its full name still gets it.
+MCP_LEAN_CONFIG = WORKROOT / "mcp-lean.nuitka-package.config.yml"
+WEB_STACK = ("starlette", "sse_starlette", "uvicorn", "multipart", "cryptography")
+
+
+def mcp_lean_config() -> Path:
+    """Write the Nuitka package configuration for the installed mcp; return its path."""
+    import ast
+    import importlib.util
+
+    sys.path.insert(0, str(ROOT / "build"))
+    from mcp_lean import package_config
+
+    spec = importlib.util.find_spec("mcp")
+    if spec is None or spec.origin is None:
+        raise SystemExit("build: mcp is not installed in the build environment")
+    tree = ast.parse(Path(spec.origin).read_text())
+    names = next(
+        ast.literal_eval(node.value) for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "__all__"
+    )
+    MCP_LEAN_CONFIG.parent.mkdir(parents=True, exist_ok=True)
+    MCP_LEAN_CONFIG.write_text(package_config(list(names)))
+    return MCP_LEAN_CONFIG
+
+
 def tempdir_spec(version: str, commit: str) -> str:
     tag = f"{version}-{commit[:12]}" if commit and commit != "unknown" else version
     return f"{TEMPDIR_PARENT}/gantry-{re.sub(r'[^A-Za-z0-9._-]', '_', tag)}"
@@ -106,6 +136,7 @@ def nuitka_command(
         "--include-package=gantry",
         "--include-package-data=gantry",
         *(f"--nofollow-import-to={m}" for m in NOFOLLOW),
+        f"--user-package-configuration-file={MCP_LEAN_CONFIG}",
         *(f"--include-module={m}" for m in INCLUDE_MODULES),
         "--noinclude-pytest-mode=nofollow",
         "--noinclude-setuptools-mode=nofollow",
@@ -235,6 +266,15 @@ def check_report(report: Path) -> None:
         raise SystemExit(f"build: modules compiled from outside the staging copy: {strays}")
 
 
+def web_stack_in(report: Path) -> list[str]:
+    """Top-level WEB_STACK packages the compilation report lists (should be none)."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(report).getroot()
+    tops = {m.get("name", "").split(".")[0] for m in root.iter("module")}
+    return sorted(tops & set(WEB_STACK))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dist", type=Path, default=ROOT / "dist", help="output dir (dist/)")
@@ -257,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     setup()
+    mcp_lean_config()
     stage(info)
     dist.mkdir(parents=True, exist_ok=True)
     WORK.mkdir(parents=True, exist_ok=True)
@@ -269,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"build: Nuitka failed (rc {rc}); log in {WORK / 'nuitka.log'}", file=sys.stderr)
         return rc
     check_report(report)
+    web = web_stack_in(report)
+    print(f"build: mcp server-side web stack in the binary: {', '.join(web) or 'none'}")
     produced = WORK / "gantry"
     tmp = dist / ".gantry.new"
     shutil.copy2(produced, tmp)

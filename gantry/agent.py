@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -32,6 +32,7 @@ from gantry.wire.openai import (
     Completion,
     Message,
     SystemMessage,
+    ToolCall,
     ToolDef,
     ToolMessage,
     UserMessage,
@@ -77,6 +78,57 @@ async def _no_memory(session_id: str, text: str) -> str:
     return ""
 
 
+def resume_point(history: Sequence[Message], user: UserMessage) -> int | None:
+    """Tool rounds already recorded for `user`'s turn, if this is that turn retried; else None.
+
+    A turn is being retried when the newest user message is `user` and nothing after it is a
+    final answer: only tool-call messages and their results, recorded round by round.
+    """
+    for i in range(len(history) - 1, -1, -1):
+        m = history[i]
+        if isinstance(m, UserMessage):
+            if m != user:
+                return None
+            after = history[i + 1 :]
+            if any(isinstance(a, AssistantMessage) and not a.tool_calls for a in after):
+                return None
+            return sum(isinstance(a, AssistantMessage) for a in after)
+        if isinstance(m, AssistantMessage) and not m.tool_calls:
+            return None
+    return None
+
+
+def unanswered_calls(history: Sequence[Message]) -> list[ToolCall]:
+    """The last tool-call message's calls that have no recorded result yet."""
+    for i in range(len(history) - 1, -1, -1):
+        m = history[i]
+        if isinstance(m, AssistantMessage) and m.tool_calls:
+            done = {t.tool_call_id for t in history[i + 1 :] if isinstance(t, ToolMessage)}
+            return [c for c in m.tool_calls if c.id not in done]
+        if isinstance(m, UserMessage):
+            return []
+    return []
+
+
+def ordered_results(history: Sequence[Message]) -> list[Message]:
+    """Tool results put back in their call message's order (they are recorded as they finish)."""
+    out: list[Message] = []
+    i = 0
+    while i < len(history):
+        m = history[i]
+        out.append(m)
+        i += 1
+        if isinstance(m, AssistantMessage) and m.tool_calls:
+            j = i
+            while j < len(history) and isinstance(history[j], ToolMessage):
+                j += 1
+            order = {c.id: n for n, c in enumerate(m.tool_calls)}
+            block = history[i:j]
+            out += sorted(block, key=lambda t: order.get(getattr(t, "tool_call_id", ""), 1 << 30))
+            i = j
+    return out
+
+
 @dataclass
 class Agent:
     model: Model
@@ -87,6 +139,7 @@ class Agent:
     max_tokens: int = 128_000
     max_iterations: int = 20
     memory_block: MemoryBlock = _no_memory
+    tool_status: Callable[[], list[str]] | None = None  # one line per MCP server for /status
     started: float = field(default_factory=time.monotonic)
     # session → (lock, turns holding or waiting for it); dropped at zero, so it stays small
     _locks: dict[str, tuple[anyio.Lock, int]] = field(default_factory=dict)
@@ -158,6 +211,7 @@ class Agent:
             f"history: {n} messages, ~{est_tokens(chars)} tokens (est.)\n"
             f"summary: {summary}\n"
             f"tools: {len(self.tools)}"
+            + "".join(f"\nmcp {line}" for line in (self.tool_status() if self.tool_status else []))
         )
 
     # ------------------------------------------------------------------ the turn
@@ -171,9 +225,12 @@ class Agent:
         started = time.monotonic()
         _ids, history = self.sessions.load(session_id)
         user = UserMessage(text)
-        if not (history and history[-1] == user):  # a retried turn (restart) is recorded once
+        resumed = resume_point(history, user)
+        if resumed is None:  # a retried turn (restart) is recorded once
             self.sessions.append(session_id, [user])  # recorded first: never lost
             history.append(user)
+        pending = unanswered_calls(history) if resumed else []
+        history = ordered_results(history)
         summary = self.sessions.summary(session_id)
         try:
             memory = await self.memory_block(session_id, text) if recall else ""
@@ -182,8 +239,13 @@ class Agent:
             memory = ""
         schemas = self.tools.schemas() or None
         new: list[Message] = []
-        rounds = 0
+        rounds = resumed or 0
+        used: list[str] = []
         try:
+            if pending:  # a kill -9 cut the last recorded round: finish only what did not
+                results = await self._run_calls(session_id, pending)
+                history = ordered_results([*history, *results])
+                used += [c.function.name for c in pending]
             while True:
                 capped = rounds >= self.max_iterations
                 extra: list[Message] = [UserMessage(CAP_NOTE)] if capped else []
@@ -200,10 +262,13 @@ class Agent:
                     final = completion.text.strip() or "(the model returned an empty reply)"
                     break
                 rounds += 1
-                new.append(completion.to_message())
-                for call in completion.tool_calls:
-                    result = await self.tools.call(call.function.name, call.function.arguments)
-                    new.append(ToolMessage(tool_call_id=call.id, content=result.text))
+                asked = completion.to_message()
+                # Recorded before the calls run, each result as it completes: a restart
+                # resumes this round and re-runs no finished call.
+                self.sessions.append(session_id, [asked])
+                results = await self._run_calls(session_id, completion.tool_calls)
+                history += [asked, *results]
+                used += [c.function.name for c in completion.tool_calls]
         except ProviderError as exc:
             log.error(
                 "model call failed; turn ended",
@@ -218,12 +283,31 @@ class Agent:
             extra={
                 "session": session_id,
                 "tool_rounds": rounds,
+                "tools": sorted(set(used)),
                 "ms": round((time.monotonic() - started) * 1000),
                 "prompt_tokens_est": prompt.est_tokens,
             },
         )
         self.request_fold(session_id)  # after the reply, in the background: never delays it
         return final
+
+    async def _run_calls(self, session_id: str, calls: Sequence[ToolCall]) -> list[Message]:
+        """Run one message's tool calls concurrently; results come back in the model's order.
+
+        Each result is recorded the moment its call finishes (one row, one transaction).
+        """
+        results: list[Message | None] = [None] * len(calls)
+
+        async def one(i: int, call: ToolCall) -> None:
+            result = await self.tools.call(call.function.name, call.function.arguments)
+            message = ToolMessage(tool_call_id=call.id, content=result.text)
+            self.sessions.append(session_id, [message])
+            results[i] = message
+
+        async with anyio.create_task_group() as tg:
+            for i, call in enumerate(calls):
+                tg.start_soon(one, i, call)
+        return [m for m in results if m is not None]
 
     async def _call(
         self, messages: list[Message], tools: list[ToolDef] | None, stream: ReplyStream | None

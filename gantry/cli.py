@@ -1,4 +1,4 @@
-"""Command line: `gantry run | status | version`.
+"""Command line: `gantry run | status | version | tools list`.
 
 Each command imports only what it needs: `status` is the container healthcheck and runs
 every few seconds, so it must not pay for aiogram, mcp or httpx.
@@ -80,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
         description="One persona, one model, MCP tools, one SQLite file.",
         epilog="Configuration is environment variables; see docs/configuration.md.",
     )
-    sub = p.add_subparsers(dest="command", metavar="{run,status,version}")
+    sub = p.add_subparsers(dest="command", metavar="{run,status,version,tools}")
     run = sub.add_parser("run", help="run the agent daemon (the default command)")
     run.add_argument(
         "--env-file",
@@ -97,6 +97,13 @@ def _parser() -> argparse.ArgumentParser:
                     help="maximum heartbeat age in seconds (default 60)")
     st.add_argument("--data-dir", default=None, metavar="DIR",
                     help="override DATA_DIR (default: $DATA_DIR or /data)")
+    tools = sub.add_parser(
+        "tools",
+        help="tools list: start the MCP manifest's servers and list the tools the model sees",
+    )
+    tools.add_argument("action", choices=["list"])
+    tools.add_argument("--env-file", metavar="PATH",
+                       help="read KEY=VALUE lines from PATH (MCP_MANIFEST, ${VAR} values)")
     ver = sub.add_parser("version", help="print build information")
     ver.add_argument("--json", action="store_true", help="print the same as one JSON object")
     ver.add_argument(
@@ -168,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
         return _status(args)
     if command == "version":
         return _version(args)
+    if command == "tools":
+        from gantry.mcp.listing import main as tools_main
+
+        return tools_main(args.env_file)
     from gantry.runtime import main as run_main
 
     return run_main(getattr(args, "env_file", None))

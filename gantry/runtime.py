@@ -8,9 +8,11 @@ every task and exits 0. SIGHUP reloads the persona.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import ssl
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,7 +144,31 @@ async def _drain(agent: Any, turns: Turns) -> None:
         turns.cancel_all()
 
 
-async def serve(cfg: Config) -> None:
+def load_mcp(cfg: Config, environ: Mapping[str, str], registry: Any) -> Any:
+    """The MCP host for the manifest's servers, or None (then `mcp` is never imported)."""
+    from gantry.mcp.manifest import ManifestError, load
+
+    try:
+        specs = load(cfg.mcp_manifest, environ)
+    except ManifestError as exc:
+        raise BootError(str(exc)) from None
+    if not specs:
+        return None
+    from gantry.mcp.host import Host
+
+    return Host(specs, registry, environ)
+
+
+async def start_mcp(host: Any, tg: TaskGroup) -> None:
+    from gantry.mcp.host import ServerStartError
+
+    try:
+        await host.start(tg)
+    except ServerStartError as exc:
+        raise BootError(str(exc)) from None
+
+
+async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
     from gantry import db, sdnotify
     from gantry.agent import Agent
     from gantry.provider import Provider
@@ -161,6 +187,7 @@ async def serve(cfg: Config) -> None:
     channel = build_channel(cfg, conn, tls)
     provider = Provider(cfg.llm_base_url, cfg.llm_api_key, cfg.llm_model, verify=tls)
     registry = Registry(result_max_chars=cfg.tool_result_max_chars)
+    mcp_host = load_mcp(cfg, os.environ if environ is None else environ, registry)
     agent = Agent(
         model=provider,
         sessions=SessionStore(conn),
@@ -169,6 +196,7 @@ async def serve(cfg: Config) -> None:
         max_messages=cfg.history_max_messages,
         max_tokens=cfg.history_max_tokens,
         max_iterations=cfg.tool_max_iterations,
+        tool_status=mcp_host.status_lines if mcp_host else None,
     )
     turns = Turns()
     respond = turns.wrap(agent)
@@ -184,6 +212,8 @@ async def serve(cfg: Config) -> None:
     try:
         async with anyio.create_task_group() as tg:
             receive = anyio.CancelScope()
+            if mcp_host is not None:
+                await start_mcp(mcp_host, tg)
             tg.start_soon(_heartbeat, conn)
             tg.start_soon(agent.run_folds)
             tg.start_soon(_signals, tg, receive, agent, turns, persona)
@@ -195,6 +225,8 @@ async def serve(cfg: Config) -> None:
                 tg.cancel_scope.cancel()
     finally:
         sdnotify.notify("STOPPING=1")
+        if mcp_host is not None:
+            log.info("mcp tool telemetry", extra={"tools": mcp_host.telemetry()})
         with anyio.CancelScope(shield=True):
             await provider.aclose()
         conn.close()
@@ -223,7 +255,8 @@ def main(env_file: str | None) -> int:
     from gantry import log as logsetup
 
     try:
-        cfg = config.load(config.merged_environ(env_file))
+        environ = config.merged_environ(env_file)
+        cfg = config.load(environ)
     except config.ConfigError as exc:
         print(logsetup.strip_url_credentials(str(exc)), file=sys.stderr)
         return 1
@@ -240,7 +273,7 @@ def main(env_file: str | None) -> int:
 
         fatal += (BotTokenRejected,)
     try:
-        anyio.run(serve, cfg)
+        anyio.run(serve, cfg, environ)
     except BaseExceptionGroup as group:
         match, _rest = group.split(fatal)
         if match is not None:

@@ -73,6 +73,11 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._tools)
 
+    def source(self, name: str) -> str | None:
+        """Which source registered `name` (None if no such tool)."""
+        tool = self._tools.get(name)
+        return tool.source if tool else None
+
     def register(self, tool: Tool) -> None:
         if not NAME_RE.match(tool.name):
             raise ValueError(f"tool name {tool.name!r} is not allowed by OpenAI-compatible APIs")

@@ -338,13 +338,114 @@ async def test_many_tool_calls_in_one_turn_all_reach_the_model(
 
 
 async def test_credentialed_base_url_never_reaches_the_user(tmp_path: Path) -> None:
-    async with FakeOpenAI(basic_auth=("me", "hunter2-proxy-pw")) as proxy:
-        provider = Provider(proxy.credentialed_url, "sk-test-123456", "fake-model",
-                            retry=RetryPolicy(max_attempts=1))
-        _providers.append(provider)
+    async with FakeOpenAI(basic_auth=("me", "hunter2-proxy-pw")) as proxy, Provider(
+        proxy.credentialed_url, "sk-test-123456", "fake-model", retry=RetryPolicy(max_attempts=1)
+    ) as provider:
         agent = Agent(model=provider, sessions=SessionStore(db.connect(tmp_path / "g.db")),
                       tools=Registry(result_max_chars=1000), persona=lambda: "p")
         assert await agent(msg("through the proxy")) == "echo: through the proxy"
         proxy.push(HTTPError(502, f"upstream {proxy.credentialed_url} is down"))
         reply = await agent(msg("again"))
     assert reply == "Sorry — the model call failed (HTTP 502). Please try again in a moment."
+
+
+# ----------------------------------------------------------------------------- rounds
+
+
+async def test_tool_calls_of_one_message_run_concurrently_results_in_model_order(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    agent = make_agent(fake, tmp_path)
+    finished: list[str] = []
+    both_running = anyio.Event()
+    running = 0
+
+    async def slow(args: dict[str, Any]) -> str:
+        nonlocal running
+        running += 1
+        if running == 2:
+            both_running.set()
+        with anyio.fail_after(5):  # sequential calls would never see both running
+            await both_running.wait()
+        await anyio.sleep(args["delay"])
+        finished.append(args["tag"])
+        return args["tag"]
+
+    agent.tools.register(Tool("t__slow", "slow", {"type": "object"}, slow, "t"))
+    fake.push(ToolCalls([Call("t__slow", {"delay": 0.3, "tag": "first"}, id="a"),
+                         Call("t__slow", {"delay": 0.0, "tag": "second"}, id="b")]),
+              Reply("done"))
+    assert await agent(msg("go")) == "done"
+    assert finished == ["second", "first"]  # ran together: the quick one finished first
+    tools = [m for m in fake.last_request.messages if m["role"] == "tool"]
+    assert [(m["tool_call_id"], m["content"]) for m in tools] == [("a", "first"), ("b", "second")]
+    # Stored as they finished, replayed in the model's order.
+    _ids, stored = agent.sessions.load("test:1")
+    from gantry.wire.openai import ToolMessage
+
+    assert [m.tool_call_id for m in stored if isinstance(m, ToolMessage)] == ["b", "a"]
+    fake.push(Reply("ok"))
+    await agent(msg("next"))
+    tools = [m for m in fake.last_request.messages if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tools] == ["a", "b"]
+
+
+async def test_a_retried_turn_resumes_and_reruns_no_finished_call(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A crash mid-turn (simulated by a cancelled turn) leaves finished calls recorded."""
+    agent = make_agent(fake, tmp_path)
+    ran: list[str] = []
+
+    async def effect(args: dict[str, Any]) -> str:
+        ran.append(args["n"])
+        if args["n"] == "3-hang":
+            await anyio.sleep(3600)
+        return f"did {args['n']}"
+
+    agent.tools.register(Tool("t__effect", "side effect", {"type": "object"}, effect, "t"))
+    fake.push(
+        ToolCalls([Call("t__effect", {"n": "1"}, id="r1")]),
+        ToolCalls([Call("t__effect", {"n": "2"}, id="r2a"),
+                   Call("t__effect", {"n": "3-hang"}, id="r2b")]),
+    )
+    with anyio.move_on_after(1.5):  # the "kill" lands while round 2's second call hangs
+        await agent(msg("book it"))
+    assert ran == ["1", "2", "3-hang"]
+
+    async def effect_ok(args: dict[str, Any]) -> str:
+        ran.append(args["n"])
+        return f"did {args['n']}"
+
+    agent.tools.replace_source("t", [Tool("t__effect", "e", {"type": "object"}, effect_ok, "t")])
+    fake.push(Reply("booked"))
+    assert await agent(msg("book it")) == "booked"
+    assert ran == ["1", "2", "3-hang", "3-hang"]  # only the unfinished call ran again
+    sent = fake.last_request.messages
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "assistant",
+                                        "tool", "tool"]
+    assert [m["content"] for m in sent if m["role"] == "tool"] == ["did 1", "did 2", "did 3-hang"]
+    assert len(fake.requests) == 3  # the retried turn did not ask the model to redo rounds
+
+
+def test_resume_point_is_pure_and_strict() -> None:
+    from gantry.agent import resume_point, unanswered_calls
+    from gantry.wire.openai import (
+        AssistantMessage,
+        FunctionCall,
+        ToolCall,
+        ToolMessage,
+        UserMessage,
+    )
+
+    u = UserMessage("x")
+    call = AssistantMessage(content=None, tool_calls=[ToolCall("c1", FunctionCall("f", "{}")),
+                                                      ToolCall("c2", FunctionCall("f", "{}"))])
+    assert resume_point([], u) is None
+    assert resume_point([u], u) == 0
+    assert resume_point([u, call], u) == 1
+    assert resume_point([u, call, AssistantMessage(content="done")], u) is None
+    assert resume_point([UserMessage("y"), call], u) is None
+    half = [u, call, ToolMessage(tool_call_id="c2", content="r")]
+    assert [c.id for c in unanswered_calls(half)] == ["c1"]
+    assert unanswered_calls([u]) == []

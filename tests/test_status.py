@@ -108,8 +108,8 @@ def test_status_cli_exit_codes(tmp_path: Path) -> None:
 
 # Never imported by `status`/`version`: the client stacks, and the stdlib modules that cost a
 # healthcheck the most (argparse ~15 ms with what it loads at parse time, typing ~10 ms).
-NOT_ON_HEALTHCHECK = {"aiogram", "mcp", "httpx", "pydantic", "aiohttp", "anyio", "msgspec",
-                      "httpcore", "argparse", "typing"}
+NOT_ON_HEALTHCHECK = {"aiogram", "mcp", "mcp_types", "jsonschema", "httpx", "pydantic", "aiohttp",
+                      "anyio", "msgspec", "httpcore", "argparse", "typing"}
 
 
 def _imported(argv: list[str]) -> subprocess.CompletedProcess[str]:

@@ -416,3 +416,69 @@ def test_unusable_ssl_cert_file_fails_boot_clearly(sandbox: Sandbox, start: Any)
     assert run.wait() == 1
     assert "SSL_CERT_FILE=/etc/ssl/certs/missing.crt cannot be read" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+# ----------------------------------------------------------------------------- MCP
+
+
+@pytest.fixture
+def mcp_binds(tmp_path_factory: pytest.TempPathFactory, sandbox: Sandbox) -> dict[str, Path]:
+    """A static MCP server at /opt/mcp and a manifest naming it at /etc/gantry/mcp.toml."""
+    from tests.fakes.mcp_servers import static_fixture
+
+    opt = tmp_path_factory.mktemp("opt-mcp")
+    shutil.copy(static_fixture(), opt / "mcp-static")
+    (opt / "mcp-static").chmod(0o755)
+    opt.chmod(0o755)
+    etc = tmp_path_factory.mktemp("etc-gantry-mcp")
+    (etc / "mcp.toml").write_text(
+        '[[server]]\nname = "st"\ncommand = "/opt/mcp/mcp-static"\n'
+        'env = { GRANTED = "${GRANTED}" }\n'
+    )
+    (etc / "mcp.toml").chmod(0o644)
+    etc.chmod(0o755)
+    (sandbox.root / "opt" / "mcp").mkdir(parents=True, exist_ok=True)  # the mount point
+    return {"/opt/mcp": opt, "/etc/gantry": etc}
+
+
+def test_run_with_a_static_mcp_child(
+    sandbox: Sandbox, start: Any, fake_openai: Any, mcp_binds: dict[str, Path]
+) -> None:
+    from tests.fakes.openai import Call, Reply, ToolCalls
+
+    data = sandbox.new_data_dir("data-mcp")
+    fake_openai.push(
+        ToolCalls([Call("st__echo", {"text": "from a static child"}, id="s1"),
+                   Call("st__env", {"name": "LLM_API_KEY"}, id="s2"),
+                   Call("st__env", {"name": "GRANTED"}, id="s3")]),
+        Reply("tools ok"),
+        ToolCalls([Call("st__crash", {}, id="s4")]),
+        Reply("it crashed"),
+    )
+    run = start(_run_env(fake_openai.base_url, GRANTED="yes"), data=data, extra_binds=mcp_binds)
+    run.send("use the tools")
+    run.expect("tools ok\n")
+    results = [m["content"] for m in fake_openai.requests[1].messages if m["role"] == "tool"]
+    assert results == ["from a static child", "<unset>", "yes"]
+    run.send("crash it")
+    run.expect("it crashed\n")
+    run.wait_stderr("mcp server restarted")
+    fake_openai.push(ToolCalls([Call("st__pid", {}, id="s5")]), Reply("back"))
+    run.send("again")
+    run.expect("back\n")
+    pid = [m["content"] for m in fake_openai.requests[-1].messages if m["role"] == "tool"][-1]
+    assert str(pid).isdigit()
+    run.send("/status")
+    assert "mcp st: up, 4 tools" in run.expect("restarts\n")
+    run.close_stdin()
+    assert run.wait(STOP_WAIT) == 0, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr and KEY not in run.stderr
+
+
+def test_tools_list_in_the_image(sandbox: Sandbox, mcp_binds: dict[str, Path]) -> None:
+    done = sandbox.run([INSTALL_PATH, "tools", "list"],
+                       env={"MCP_MANIFEST": "/etc/gantry/mcp.toml", "GRANTED": "x"},
+                       binds=mcp_binds, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1].startswith("st__echo")
+    assert done.stdout.splitlines()[-1].startswith("4 tools from 1 servers")

@@ -1,0 +1,128 @@
+"""The lazy package `__init__`s that keep mcp's server-side web stack out of the binary.
+
+`import mcp.client.session` first runs `mcp/__init__.py`, `mcp/client/__init__.py` and (via
+`mcp.server.caching`) `mcp/server/__init__.py`; each imports, at module level, the SDK's
+in-memory client, `Client`, the low-level server and MCPServer, and through them starlette,
+sse-starlette, uvicorn, python-multipart and cryptography — none of which a stdio client
+runs. build/build.py writes these sources into a Nuitka package configuration
+(`module_code`: the whole module replaced) so each package exports the same names, imported
+on first attribute access instead. A module that needs the server half imports it by its
+full name and Nuitka follows that import as usual.
+
+Kept as data here (not a checked-in YAML) so tests/test_build_mcp_lean.py can check the
+names against the installed mcp and run the client path with these exact sources.
+"""
+
+from __future__ import annotations
+
+LAZY_INIT = '''"""{package}, as frozen into gantry: the same names, each imported on first use
+(build/mcp_lean.py explains why)."""
+
+import importlib as _importlib
+
+_WHERE = {where!r}
+_FALLBACK = {fallback!r}
+
+
+def __getattr__(name):
+    module = _WHERE.get(name)
+    if module is None and _FALLBACK is not None and not name.startswith("__"):
+        module = _FALLBACK
+    if module is None:
+        raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
+    value = getattr(_importlib.import_module(module), name) if module != "." + name else (
+        _importlib.import_module(__name__ + module))
+    globals()[name] = value
+    return value
+
+
+__all__ = {all_names!r}
+'''
+
+# name → module it comes from ("." + name: a submodule of the package itself).
+MCP = {
+    "types": ".types",
+    "InputRequiredRoundsExceededError": "mcp.client._input_required",
+    "Client": "mcp.client.client",
+    "ClientSession": "mcp.client.session",
+    "ClientSessionGroup": "mcp.client.session_group",
+    "StdioServerParameters": "mcp.client.stdio",
+    "stdio_client": "mcp.client.stdio",
+    "ServerSession": "mcp.server.session",
+    "stdio_server": "mcp.server.stdio",
+    "MCPDeprecationWarning": "mcp.shared.exceptions",
+    "MCPError": "mcp.shared.exceptions",
+    "UrlElicitationRequiredError": "mcp.shared.exceptions",
+    "InvalidUriTemplate": "mcp.shared.uri_template",
+    "UriTemplate": "mcp.shared.uri_template",
+    "SamplingRole": None,  # mcp_types.Role, renamed
+}
+MCP_CLIENT = {
+    "InputRequiredRoundsExceededError": "mcp.client._input_required",
+    "Transport": "mcp.client._transport",
+    "CacheConfig": "mcp.client.caching",
+    "CacheEntry": "mcp.client.caching",
+    "CacheKey": "mcp.client.caching",
+    "CacheMode": "mcp.client.caching",
+    "InMemoryResponseCacheStore": "mcp.client.caching",
+    "ResponseCacheStore": "mcp.client.caching",
+    "Client": "mcp.client.client",
+    "ClientRequestContext": "mcp.client.context",
+    "ClaimContext": "mcp.client.extension",
+    "ClientExtension": "mcp.client.extension",
+    "NotificationBinding": "mcp.client.extension",
+    "ResultClaim": "mcp.client.extension",
+    "UnexpectedClaimedResult": "mcp.client.extension",
+    "advertise": "mcp.client.extension",
+    "ClientSession": "mcp.client.session",
+    "IncomingMessage": "mcp.client.session",
+}
+MCP_SERVER = {
+    "CacheHint": "mcp.server.caching",
+    "ServerRequestContext": "mcp.server.context",
+    "NotificationOptions": "mcp.server.lowlevel",
+    "Server": "mcp.server.lowlevel",
+    "MCPServer": "mcp.server.mcpserver",
+    "InitializationOptions": "mcp.server.models",
+}
+
+
+def lazy_init(package: str, where: dict[str, str | None], fallback: str | None,
+              all_names: list[str]) -> str:
+    """Source of a package __init__ exporting `all_names` lazily."""
+    fixed = {k: v for k, v in where.items() if v is not None}
+    return LAZY_INIT.format(package=package, where=fixed, fallback=fallback,
+                            all_names=sorted(all_names))
+
+
+def sources(mcp_all: list[str]) -> dict[str, str]:
+    """Module name → replacement source for the three package inits."""
+    mcp_where = dict(MCP)
+    # Everything else mcp/__init__ exports comes from mcp_types; SamplingRole is Role there.
+    init = lazy_init("mcp", mcp_where, "mcp_types", mcp_all).replace(
+        "    module = _WHERE.get(name)\n",
+        "    if name == \"SamplingRole\":\n"
+        "        value = _importlib.import_module(\"mcp_types\").Role\n"
+        "        globals()[name] = value\n"
+        "        return value\n"
+        "    module = _WHERE.get(name)\n",
+    )
+    return {
+        "mcp": init,
+        "mcp.client": lazy_init("mcp.client", MCP_CLIENT, None, list(MCP_CLIENT)),
+        "mcp.server": lazy_init("mcp.server", MCP_SERVER, None, list(MCP_SERVER)),
+    }
+
+
+def package_config(mcp_all: list[str]) -> str:
+    """A Nuitka user package configuration (YAML) replacing the three inits."""
+    import json
+
+    lines = ["# Generated by build/build.py from build/mcp_lean.py; do not edit.", ""]
+    for module, code in sources(mcp_all).items():
+        lines.append(f"- module-name: '{module}'")
+        lines.append("  anti-bloat:")
+        lines.append("    - description: 'gantry: keep the server-side web stack out of a client'")
+        lines.append(f"      module_code: {json.dumps(code)}")
+        lines.append("")
+    return "\n".join(lines)

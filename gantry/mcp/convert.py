@@ -1,0 +1,106 @@
+"""Pure translations between MCP and what the model sees: names, schemas, results.
+
+No `mcp` import: results are read by attribute (duck typing), so tests can feed plain objects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+MAX_NAME = 64
+SEP = "__"
+_BAD = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def _fit(name: str, salt: str) -> str:
+    """Cut `name` to MAX_NAME, keeping it unique with a short hash of `salt` when cut."""
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha1(salt.encode()).hexdigest()[:8]
+    return f"{name[: MAX_NAME - 9]}_{digest}"
+
+
+def exposed_names(server: str, tools: Iterable[str]) -> dict[str, str]:
+    """Original tool name → `{server}__{tool}` the model may call (OpenAI's name rules).
+
+    Characters outside [A-Za-z0-9_-] become `_`; long names are cut with a hash suffix.
+    When two tools sanitise to the same name, the one whose original name sorts first keeps
+    it and the others get `_2`, `_3`, … — deterministic whatever order the server lists them.
+    """
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for original in sorted(set(tools)):
+        base = _fit(f"{server}{SEP}{_BAD.sub('_', original) or '_'}", f"{server}/{original}")
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            suffix = f"_{n}"
+            name = _fit(base, base)[: MAX_NAME - len(suffix)] + suffix
+        taken.add(name)
+        out[original] = name
+    return out
+
+
+def parameters(schema: Mapping[str, Any] | None) -> dict[str, Any]:
+    """An MCP input schema as OpenAI function parameters: always an object schema."""
+    out = dict(schema or {})
+    if out.get("type") != "object":
+        out["type"] = "object"
+    out.setdefault("properties", {})
+    return out
+
+
+def first_line(text: str | None) -> str:
+    for line in (text or "").splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _size(n: int) -> str:
+    return f"{n} B" if n < 1000 else f"{round(n / 1000)} kB"
+
+
+def _b64_len(data: str) -> int:
+    return len(data) * 3 // 4 - data[-2:].count("=") if data else 0
+
+
+def block_text(block: Any) -> str:
+    """One content block as text; binary and resource blocks become short placeholders."""
+    kind = getattr(block, "type", None)
+    if kind == "text":
+        return str(getattr(block, "text", ""))
+    if kind in ("image", "audio"):
+        mime = getattr(block, "mime_type", None) or getattr(block, "mimeType", None) or kind
+        return f"[{mime}, {_size(_b64_len(str(getattr(block, 'data', '') or '')))}]"
+    if kind == "resource":
+        res = getattr(block, "resource", None)
+        uri = str(getattr(res, "uri", "") or "")
+        text = getattr(res, "text", None)
+        if text is not None:
+            return f"[resource {uri}]\n{text}"
+        mime = getattr(res, "mime_type", None) or "binary"
+        return f"[resource {uri}, {mime}, {_size(_b64_len(str(getattr(res, 'blob', '') or '')))}]"
+    if kind == "resource_link":
+        return f"[resource link {getattr(block, 'uri', '')}]"
+    return f"[{kind or 'unknown'} content]"
+
+
+def result_text(content: Sequence[Any], structured: Any, is_error: bool) -> str:
+    """What the model reads for a tools/call result.
+
+    Text passes through; other blocks become placeholders; `structuredContent` is used when
+    there is no text at all.
+    """
+    parts = [block_text(b) for b in content or ()]
+    has_text = any(getattr(b, "type", None) == "text" for b in content or ())
+    if not has_text and structured is not None:
+        parts.insert(0, json.dumps(structured, ensure_ascii=False, separators=(",", ":")))
+    text = "\n".join(p for p in parts if p)
+    if not text:
+        return "(the tool reported an error without details)" if is_error else "(no output)"
+    return text

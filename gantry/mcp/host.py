@@ -1,0 +1,456 @@
+"""The MCP host: one supervisor task per manifest server, its tools in the registry.
+
+Each server is owned by one long-lived task that opens and closes its own SDK client
+context (the SDK's cancel scopes must not cross tasks); turns call into the live session from
+their own tasks. A server that dies is restarted with capped exponential backoff and jitter;
+a circuit breaker stops hammering one that keeps failing. Public API for other packages
+(memory's MCP backend): `Host.names()`, `Host.call(server, tool, args)`, `Host.tools(server)`,
+`Host.instructions(server)`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from gantry.mcp import convert
+from gantry.mcp.breaker import Breaker
+from gantry.mcp.child import Child, open_child
+from gantry.mcp.manifest import ServerSpec
+from gantry.tools import Registry, Tool, ToolError
+
+log = logging.getLogger("gantry.mcp")
+
+BACKOFF_BASE = 0.5
+BACKOFF_CAP = 30.0
+STABLE_AFTER = 30.0  # up this long → the next crash starts the backoff from the beginning
+INIT_TIMEOUT = 30.0
+PING_TIMEOUT = 5.0
+MAX_PAGES = 100
+
+
+class ServerStartError(Exception):
+    """A server could not start or initialize; `str()` names it and its last stderr lines."""
+
+
+@dataclass
+class CallResult:
+    """A tools/call outcome as text for the model; `error` when the tool or server failed."""
+
+    text: str
+    error: bool = False
+
+
+@dataclass
+class ToolStats:
+    calls: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=512))
+
+    def record(self, seconds: float, error: bool = False, timeout: bool = False) -> None:
+        self.calls += 1
+        self.errors += error or timeout
+        self.timeouts += timeout
+        self.latencies.append(seconds)
+
+    def summary(self) -> dict[str, Any]:
+        lat = sorted(self.latencies)
+        p50 = lat[len(lat) // 2] * 1000 if lat else 0.0
+        return {"calls": self.calls, "errors": self.errors, "timeouts": self.timeouts,
+                "p50_ms": round(p50, 1), "max_ms": round(lat[-1] * 1000, 1) if lat else 0.0}
+
+
+@dataclass(frozen=True)
+class ListedTool:
+    """A server's tool as listed: its MCP name, the name the model sees, schema, validator."""
+
+    name: str
+    exposed: str
+    description: str
+    schema: dict[str, Any]
+    validator: Any
+
+
+def backoff(attempt: int, rng: random.Random | None = None) -> float:
+    """Capped exponential backoff with full jitter in [half, full] of the step."""
+    step = min(BACKOFF_CAP, BACKOFF_BASE * (2 ** min(attempt, 20)))
+    return step * (0.5 + 0.5 * (rng or random).random())
+
+
+def _validator(schema: Mapping[str, Any]) -> Any:
+    """A compiled JSON-Schema validator, or None when the server's schema is itself broken."""
+    from jsonschema import validators
+    from jsonschema.exceptions import SchemaError
+
+    try:
+        cls = validators.validator_for(schema)
+        cls.check_schema(schema)
+        return cls(schema)
+    except SchemaError as exc:
+        error = exc.message
+    except Exception as exc:  # e.g. an unknown $schema dialect: the call still goes through
+        error = f"{type(exc).__name__}: {exc}"
+    log.warning("tool input schema is unusable; arguments not validated",
+                extra={"error": error[:200]})
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an exception, looking inside exception groups for the real cause."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def violation(validator: Any, args: Mapping[str, Any]) -> str | None:
+    """The first schema violation as one sentence naming the field, or None."""
+    if validator.is_valid(args):  # the common case, without building error objects
+        return None
+    from jsonschema.exceptions import best_match
+
+    error = best_match(validator.iter_errors(args))
+    if error is None:
+        return None
+    where = ".".join(str(p) for p in error.absolute_path) or "(the arguments object)"
+    return f"invalid arguments: at {where}: {error.message}"
+
+
+class Server:
+    """One manifest server: its supervisor task, live session, tools, breaker, stats."""
+
+    def __init__(self, spec: ServerSpec, registry: Registry, environ: Mapping[str, str]) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.registry = registry
+        self.environ = environ
+        self.state = "starting"
+        self.session: Any = None
+        self.child: Child | None = None
+        self.listed: dict[str, ListedTool] = {}
+        self.instructions: str = ""
+        self.breaker = Breaker()
+        self.stats: dict[str, ToolStats] = {}
+        self.restarts = 0
+        self._wake = anyio.Event()
+        self._refresh = False
+        self._probe = False
+
+    # ------------------------------------------------------------------ supervisor
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Start, serve, restart forever (until cancelled). The first start must succeed."""
+        first = True
+        attempt = 0
+        while True:
+            up_at = 0.0
+            try:
+                async with open_child(self.spec, self.environ) as (child, read, write):
+                    self.child = child
+                    session = await self._connect(child, read, write)
+                    async with session:
+                        await self._initialize(session, child)
+                        self.session = session
+                        self.state = "up"
+                        up_at = time.monotonic()
+                        # Not breaker.success(): a server that restarts fine but fails every
+                        # call must still trip it. After an open spell the next call probes.
+                        if first:
+                            first = False
+                            task_status.started()
+                        else:
+                            log.info("mcp server restarted",
+                                     extra={"server": self.name, "tools": len(self.listed)})
+                        await self._serve(session, child)
+                        reason = child.reason
+                        self.session = None
+            except ServerStartError:
+                if first:
+                    raise
+                self.breaker.failure()
+                reason = "it failed to start"
+            except Exception as exc:
+                if first:
+                    tail = self.child.tail() if self.child else ""
+                    raise ServerStartError(self._start_message(_describe(exc), tail)) from None
+                self.breaker.failure()
+                reason = _describe(exc)
+                log.warning("mcp server failed", extra={"server": self.name, "error": reason})
+            finally:
+                self.session = None
+            if up_at and time.monotonic() - up_at >= STABLE_AFTER:
+                attempt = 0
+            delay = max(backoff(attempt), self.breaker.remaining())
+            attempt += 1
+            self.restarts += 1
+            self.state = "open" if self.breaker.state == "open" else "restarting"
+            log.warning("mcp server down; restarting",
+                        extra={"server": self.name, "reason": reason,
+                               "in_seconds": round(delay, 2), "attempt": attempt,
+                               "breaker": self.breaker.state})
+            await anyio.sleep(delay)
+            self.state = "restarting"
+
+    def _start_message(self, error: str, tail: str) -> str:
+        msg = f"MCP server {self.name!r} ({self.spec.command}) could not start: {error}"
+        if tail:
+            msg += "\nlast lines of its stderr:\n  " + "\n  ".join(tail.splitlines()[-10:])
+        return msg
+
+    async def _connect(self, child: Child, read: Any, write: Any) -> Any:
+        from mcp.client.session import ClientSession
+        from mcp_types import Implementation
+
+        from gantry import __version__
+
+        return ClientSession(
+            read, write,
+            message_handler=self._on_message,
+            client_info=Implementation(name="gantry", version=__version__),
+        )
+
+    async def _initialize(self, session: Any, child: Child) -> None:
+        """initialize + tools/list; a child that dies meanwhile fails it at once (its stdout
+        closes, and the SDK fails the pending request)."""
+        try:
+            with anyio.fail_after(INIT_TIMEOUT):
+                result = await session.initialize()
+                await self._list_tools(session)
+        except Exception as exc:
+            await anyio.sleep(0.2)  # its exit status and last stderr lines
+            code = child.process.returncode
+            if isinstance(exc, TimeoutError):
+                why = f"no answer to initialize within {INIT_TIMEOUT:g} s"
+            elif code is not None:
+                why = f"it exited with code {code}"
+            else:
+                why = _describe(exc)
+            raise ServerStartError(self._start_message(why, child.tail())) from None
+        self.instructions = result.instructions or ""
+
+    async def _serve(self, session: Any, child: Child) -> None:
+        """Wait for death, a tools/list_changed, or a suspected hang (ping it)."""
+        while not child.closed.is_set():
+            async with anyio.create_task_group() as tg:
+
+                async def closed() -> None:
+                    await child.closed.wait()
+                    tg.cancel_scope.cancel()
+
+                async def woken() -> None:
+                    await self._wake.wait()
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(closed)
+                tg.start_soon(woken)
+            self._wake = anyio.Event()
+            if child.closed.is_set():
+                return
+            if self._refresh:
+                self._refresh = False
+                try:
+                    with anyio.fail_after(INIT_TIMEOUT):
+                        await self._list_tools(session)
+                    log.info("mcp tools refreshed",
+                             extra={"server": self.name, "tools": len(self.listed)})
+                except Exception as exc:
+                    log.warning("mcp tools/list failed", extra={"server": self.name,
+                                                                 "error": str(exc)[:200]})
+            if self._probe:
+                self._probe = False
+                with anyio.move_on_after(PING_TIMEOUT) as scope:
+                    try:
+                        await session.send_ping()
+                    except Exception:
+                        scope.cancel()
+                if scope.cancelled_caught:
+                    child.mark_closed("it stopped answering (ping failed after a timeout)")
+                    return
+
+    async def _on_message(self, message: Any) -> None:
+        from mcp_types import ToolListChangedNotification
+
+        if isinstance(message, ToolListChangedNotification):
+            self._refresh = True
+            self._wake.set()
+        elif isinstance(message, Exception):
+            log.warning("mcp transport error", extra={"server": self.name,
+                                                       "error": str(message)[:200]})
+
+    async def _list_tools(self, session: Any) -> None:
+        from mcp_types import PaginatedRequestParams
+
+        tools: list[Any] = []
+        cursor: str | None = None
+        for _ in range(MAX_PAGES):
+            params = PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await session.list_tools(params=params)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        names = convert.exposed_names(self.name, [t.name for t in tools])
+        listed: dict[str, ListedTool] = {}
+        for t in tools:
+            schema = convert.parameters(t.input_schema)
+            listed[names[t.name]] = ListedTool(
+                t.name, names[t.name], t.description or "", schema, _validator(schema)
+            )
+        self.listed = listed
+        self._register()
+
+    def _register(self) -> None:
+        tools = [
+            Tool(lt.exposed, lt.description, lt.schema, partial(self._tool_call, lt), self.name)
+            for lt in self.listed.values()
+        ]
+        taken = {n for n in self.registry.names() if self.registry.source(n) != self.name}
+        clash = [t.name for t in tools if t.name in taken]
+        if clash:
+            log.warning("mcp tools dropped: name taken by another source",
+                        extra={"server": self.name, "tools": clash})
+        self.registry.replace_source(self.name, [t for t in tools if t.name not in taken])
+
+    # ------------------------------------------------------------------ calls
+
+    async def _tool_call(self, listed: ListedTool, args: dict[str, Any]) -> str:
+        result = await self.call(listed.name, args, validator=listed.validator)
+        if result.error:
+            raise ToolError(result.text)
+        return result.text
+
+    async def call(
+        self, tool: str, args: dict[str, Any], *, validator: Any = None
+    ) -> CallResult:
+        """Call `tool` on this server; every failure is a CallResult with error=True."""
+        if validator is not None and (problem := violation(validator, args)) is not None:
+            return CallResult(problem, error=True)
+        stats = self.stats.setdefault(tool, ToolStats())
+        session = self.session
+        if session is None or not self.breaker.allow():
+            stats.record(0.0, error=True)
+            wait = self.breaker.remaining()
+            later = f" in about {int(wait) + 1} s" if wait else " shortly"
+            state = "unavailable" if self.breaker.state != "closed" else self.state
+            return CallResult(f"MCP server {self.name!r} is {state}; retry{later}", error=True)
+        started = time.monotonic()
+        timeout = self.spec.timeout_seconds
+        try:
+            with anyio.move_on_after(timeout) as scope:
+                result = await session.call_tool(tool, args)
+        except Exception as exc:
+            return self._call_failed(tool, stats, started, exc)
+        elapsed = time.monotonic() - started
+        if scope.cancelled_caught:
+            stats.record(elapsed, timeout=True)
+            self.breaker.failure()
+            self._probe = True
+            self._wake.set()
+            return CallResult(f"the tool {tool!r} on MCP server {self.name!r} did not answer "
+                              f"within {timeout:g} s", error=True)
+        self.breaker.success()
+        error = bool(getattr(result, "is_error", False))
+        stats.record(elapsed, error=error)
+        text = convert.result_text(result.content, result.structured_content, error)
+        return CallResult(text, error=error)
+
+    def _call_failed(
+        self, tool: str, stats: ToolStats, started: float, exc: Exception
+    ) -> CallResult:
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import CONNECTION_CLOSED
+
+        stats.record(time.monotonic() - started, error=True)
+        if isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED:
+            self.breaker.failure()
+            return CallResult(f"MCP server {self.name!r} stopped while running {tool!r}; it is "
+                              "being restarted, retry later", error=True)
+        if isinstance(exc, MCPError):
+            self.breaker.success()  # it answered: the server is alive
+            return CallResult(f"MCP server {self.name!r} rejected the call: {exc.message}",
+                              error=True)
+        log.warning("mcp call failed", extra={"server": self.name, "tool": tool,
+                                              "error": f"{type(exc).__name__}: {exc}"[:300]})
+        return CallResult(f"calling {tool!r} on MCP server {self.name!r} failed: "
+                          f"{type(exc).__name__}: {str(exc)[:300]}", error=True)
+
+    def status(self) -> str:
+        state = "open circuit" if self.breaker.state != "closed" else self.state
+        calls = sum(s.calls for s in self.stats.values())
+        errors = sum(s.errors for s in self.stats.values())
+        return (f"{self.name}: {state}, {len(self.listed)} tools, {calls} calls, "
+                f"{errors} errors, {self.restarts} restarts")
+
+
+class Host:
+    """Every manifest server, started concurrently at boot, supervised until shutdown."""
+
+    def __init__(
+        self, specs: Sequence[ServerSpec], registry: Registry, environ: Mapping[str, str]
+    ) -> None:
+        self.servers = {s.name: Server(s, registry, environ) for s in specs}
+
+    def names(self) -> list[str]:
+        return list(self.servers)
+
+    async def start(self, tg: TaskGroup) -> None:
+        """Start every server concurrently in `tg`; raise ServerStartError naming each failure."""
+        failures: list[str] = []
+
+        async def one(server: Server) -> None:
+            try:
+                await tg.start(server.run)
+            except ServerStartError as exc:
+                failures.append(str(exc))
+            except Exception as exc:
+                failures.append(f"MCP server {server.name!r} could not start: {_describe(exc)}")
+
+        started = time.monotonic()
+        async with anyio.create_task_group() as boot:
+            for server in self.servers.values():
+                boot.start_soon(one, server)
+        if failures:
+            raise ServerStartError("\n".join(failures))
+        log.info("mcp servers up", extra={
+            "servers": {s.name: len(s.listed) for s in self.servers.values()},
+            "ms": round((time.monotonic() - started) * 1000)})
+
+    async def call(self, server: str, tool: str, args: dict[str, Any]) -> CallResult:
+        """Call a tool by its MCP name (memory's MCP backend uses this)."""
+        s = self.servers.get(server)
+        if s is None:
+            return CallResult(f"no MCP server named {server!r}", error=True)
+        listed = next((t for t in s.listed.values() if t.name == tool), None)
+        return await s.call(tool, args, validator=listed.validator if listed else None)
+
+    def tools(self, server: str) -> list[ListedTool]:
+        s = self.servers.get(server)
+        return list(s.listed.values()) if s else []
+
+    def instructions(self, server: str) -> str:
+        s = self.servers.get(server)
+        return s.instructions if s else ""
+
+    def status_lines(self) -> list[str]:
+        return [s.status() for s in self.servers.values()]
+
+    def telemetry(self) -> dict[str, dict[str, Any]]:
+        return {f"{s.name}/{tool}": st.summary()
+                for s in self.servers.values() for tool, st in s.stats.items()}
+
+
+def schema_tokens(listed: ListedTool) -> int:
+    """The estimated tokens (chars/4) one tool's definition costs in every request."""
+    body = {"name": listed.exposed, "description": listed.description,
+            "parameters": listed.schema}
+    return (len(json.dumps(body)) + 3) // 4

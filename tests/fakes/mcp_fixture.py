@@ -1,0 +1,152 @@
+"""A small MCP stdio server (official SDK) that misbehaves on demand.
+
+Run as `python -m tests.fakes.mcp_fixture`. Tools: `echo`, `count` (appends to a file, so a
+test can see how often it really ran), `crash` (exits at once), `hang` (sleeps, the server
+stays responsive), `freeze` (blocks the whole process: no ping answers), `big` (a result of
+N chars), `grow` (adds a tool and sends tools/list_changed), `flood` (N stderr lines),
+`grandchild` (spawns a sleeping grandchild and returns its pid), `env` (one variable of its
+environment), `picture` (an image block), `fail` (an isError result).
+
+Environment knobs: FIXTURE_CRASH_AFTER=N exits on the N-th tool call; FIXTURE_BOOT=fail
+exits before answering initialize (after writing to stderr); FIXTURE_STDERR_AT_START=N
+writes N stderr lines at start.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+import time
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import ImageContent
+
+server = MCPServer("fixture", instructions="A fixture server for gantry's tests.")
+calls = 0
+
+
+def _tick() -> None:
+    global calls
+    calls += 1
+    limit = int(os.environ.get("FIXTURE_CRASH_AFTER", "0") or 0)
+    if limit and calls >= limit:
+        sys.stderr.write(f"fixture: crashing on call {calls}\n")
+        sys.stderr.flush()
+        os._exit(3)
+
+
+@server.tool()
+def echo(text: str) -> str:
+    """Return the text unchanged.
+
+    Second line of the description.
+    """
+    _tick()
+    return text
+
+
+@server.tool()
+def count(path: str, label: str = "") -> str:
+    """Append one line to the file at path and return how many lines it has."""
+    _tick()
+    with open(path, "a") as fh:
+        fh.write(f"{label}\n")
+    with open(path) as fh:
+        return str(sum(1 for _ in fh))
+
+
+@server.tool()
+def crash() -> str:
+    """Exit the server process immediately."""
+    sys.stderr.write("fixture: crash requested\n")
+    sys.stderr.flush()
+    os._exit(7)
+
+
+@server.tool()
+async def hang(seconds: float = 3600) -> str:
+    """Sleep for `seconds` (the server keeps answering other requests)."""
+    _tick()
+    await anyio.sleep(seconds)
+    return "woke up"
+
+
+@server.tool()
+async def freeze(seconds: float = 3600) -> str:
+    """Block the whole server process (it stops answering pings)."""
+    time.sleep(seconds)  # in the event loop on purpose: sync tools would run in a thread
+    return "thawed"
+
+
+@server.tool()
+def big(chars: int = 1_000_000) -> str:
+    """Return a result of `chars` characters."""
+    _tick()
+    return "x" * chars
+
+
+@server.tool()
+async def grow(ctx: Context) -> str:
+    """Add the tool `extra` and tell the client the tool list changed."""
+
+    def extra() -> str:
+        """A tool added at run time."""
+        return "extra!"
+
+    server.add_tool(extra)
+    await ctx.session.send_tool_list_changed()
+    return "grown"
+
+
+@server.tool()
+def flood(lines: int = 1000) -> str:
+    """Write `lines` lines to stderr."""
+    for i in range(lines):
+        sys.stderr.write(f"flood line {i} " + "y" * 50 + "\n")
+    sys.stderr.flush()
+    return f"wrote {lines} lines"
+
+
+@server.tool()
+def grandchild() -> str:
+    """Spawn a long-sleeping grandchild process and return its pid."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    return str(proc.pid)
+
+
+@server.tool()
+def env(name: str) -> str:
+    """The value of one environment variable of this process, or <unset>."""
+    return os.environ.get(name, "<unset>")
+
+
+@server.tool()
+def picture() -> list[ImageContent]:
+    """An image content block (a 3,000-byte PNG-labelled payload)."""
+    data = base64.b64encode(b"\x89PNG" + b"\0" * 2996).decode()
+    return [ImageContent(type="image", data=data, mime_type="image/png")]
+
+
+@server.tool()
+def fail(reason: str = "it went wrong") -> str:
+    """Raise, which the SDK turns into an isError result."""
+    raise RuntimeError(reason)
+
+
+def main() -> None:
+    for i in range(int(os.environ.get("FIXTURE_STDERR_AT_START", "0") or 0)):
+        sys.stderr.write(f"starting up, line {i}\n")
+    if os.environ.get("FIXTURE_BOOT") == "fail":
+        sys.stderr.write("fixture: cannot open the database (FIXTURE_BOOT=fail)\n")
+        sys.stderr.flush()
+        sys.exit(2)
+    server.run("stdio")
+
+
+if __name__ == "__main__":
+    main()

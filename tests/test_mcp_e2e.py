@@ -1,0 +1,200 @@
+"""`gantry run` (stdio, fake model) with MCP servers from a manifest, end to end.
+
+The model calls real servers' tools and sees their results; a crashed server is back for a
+later turn; a hanging one is timed out; kill -9 between two tool rounds re-runs no finished
+call; bad manifests stop boot with exit 1 and a message; no manifest → `mcp` never imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.mcp_servers import (
+    python_fixture_toml,
+    static_fixture,
+    time_command,
+    toml_server,
+)
+from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
+from tests.test_stdio_e2e import KEY, ROOT, Gantry, fake, spawn, wait_requests
+
+pytestmark = pytest.mark.slow
+__all__ = ["fake", "spawn"]  # fixtures used by name below
+
+BOOT = 90.0
+
+
+def manifest(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "mcp.toml"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def tool_messages(request_messages: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [m for m in request_messages if m.get("role") == "tool"]
+
+
+def test_model_calls_a_real_server_and_sees_the_result(
+    spawn: Callable[..., Gantry], fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    path = manifest(tmp_path, toml_server("time", [time_command()]) +
+                    toml_server("st", [str(static_fixture())]))
+    g = spawn(MCP_MANIFEST=path)
+    fake.push(
+        ToolCalls([Call("time__get_current_time", {"timezone": "Asia/Tokyo"}, id="t1"),
+                   Call("st__echo", {"text": "side by side"}, id="t2")]),
+        Reply("It is late in Tokyo."),
+    )
+    g.ask("what time is it in Tokyo?", "It is late in Tokyo.", timeout=BOOT)
+    first = fake.requests[0].body
+    names = {t["function"]["name"] for t in first["tools"]}
+    assert {"time__get_current_time", "time__convert_time", "st__echo"} <= names
+    results = tool_messages(fake.requests[1].messages)
+    assert [r["tool_call_id"] for r in results] == ["t1", "t2"]
+    assert json.loads(str(results[0]["content"]))["timezone"] == "Asia/Tokyo"
+    assert results[1]["content"] == "side by side"
+
+    g.send("/status")
+    status = g.expect("restarts\n")
+    status += g.expect("restarts\n")
+    assert "mcp time: up, 2 tools, 1 calls, 0 errors" in status
+    assert "mcp st: up, 4 tools, 1 calls, 0 errors" in status
+    done = g.wait_log("turn done")
+    assert done["tools"] == ["st__echo", "time__get_current_time"]
+    g.close_stdin()
+    assert g.wait_exit() == 0
+    telemetry = g.wait_log("mcp tool telemetry")["tools"]
+    assert telemetry["time/get_current_time"]["calls"] == 1
+    assert telemetry["st/echo"]["errors"] == 0 and telemetry["st/echo"]["max_ms"] > 0
+    g.assert_clean()
+
+
+def test_crashed_server_is_used_again_in_a_later_turn_and_hang_times_out(
+    spawn: Callable[..., Gantry], fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    path = manifest(tmp_path, toml_server("st", [str(static_fixture())]) +
+                    python_fixture_toml("fx", timeout=2))
+    g = spawn(MCP_MANIFEST=path)
+    fake.push(ToolCalls([Call("st__crash", {}, id="c1")]), Reply("it broke"))
+    g.ask("break it", "it broke", timeout=BOOT)
+    crashed = tool_messages(fake.requests[1].messages)[0]["content"]
+    assert "stopped while running 'crash'" in str(crashed)
+    g.wait_log("mcp server restarted")
+
+    fake.push(ToolCalls([Call("st__echo", {"text": "alive again"}, id="c2")]), Reply("fine"))
+    g.ask("again", "fine")
+    assert tool_messages(fake.requests[3].messages)[-1]["content"] == "alive again"
+
+    fake.push(ToolCalls([Call("fx__hang", {}, id="c3")]), Reply("gave up"))
+    started = time.monotonic()
+    g.ask("wait for it", "gave up")
+    assert time.monotonic() - started < 15
+    hung = tool_messages(fake.requests[5].messages)[-1]["content"]
+    assert "did not answer within 2 s" in str(hung)
+    g.close_stdin()
+    assert g.wait_exit() == 0
+    g.assert_clean()
+
+
+def test_kill_9_between_rounds_reruns_no_finished_tool_call(
+    spawn: Callable[..., Gantry], fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    counter = tmp_path / "calls.txt"
+    path = manifest(tmp_path, python_fixture_toml("fx"))
+    g = spawn(MCP_MANIFEST=path)
+    fake.push(
+        ToolCalls([Call("fx__count", {"path": str(counter), "label": "book-slot"}, id="r1")]),
+        Reply("never delivered", delay=60),  # round 2's model call is in flight…
+    )
+    g.send("book me a slot, then mail the confirmation")
+    wait_requests(fake, 2, timeout=BOOT)
+    os.kill(g.proc.pid, signal.SIGKILL)  # …when gantry dies
+    g.proc.wait(10)
+    assert counter.read_text().splitlines() == ["book-slot"]
+
+    again = spawn(MCP_MANIFEST=path)
+    fake.push(
+        ToolCalls([Call("fx__count", {"path": str(counter), "label": "send-mail"}, id="r2")]),
+        Reply("Booked and mailed."),
+    )
+    # The channel delivers the message again (stdio: the user re-sends it).
+    again.ask("book me a slot, then mail the confirmation", "Booked and mailed.", timeout=BOOT)
+    assert counter.read_text().splitlines() == ["book-slot", "send-mail"]
+    resumed = fake.requests[2].messages
+    assert [m["role"] for m in resumed] == ["system", "user", "assistant", "tool"]
+    assert resumed[3]["content"] == "1"
+    final = fake.requests[3].messages
+    assert [m["role"] for m in final] == ["system", "user", "assistant", "tool", "assistant",
+                                          "tool"]
+    again.close_stdin()
+    assert again.wait_exit() == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ('[[server]]\nname = "a b"\ncommand = "sh"\n', "name must match"),
+        ('[[server]]\nname = "x"\ncommand = "no-such-binary-qq"\n', "neither an executable"),
+        ('[[server]]\nname = "x"\ncommand = "sh"\nenv = { K = "${UNSET_QQ}" }\n',
+         "${UNSET_QQ} is used but not set"),
+        ('[[server]]\nname = "x"\ncommand = "sh"\nbogus = 1\n', "unknown key 'bogus'"),
+        ('[[server]]\nname = "x"\ncommand = "sh"\n[[server]]\nname = "x"\ncommand = "sh"\n',
+         "duplicate name"),
+        ('[[server]]\nname = "x"\ncommand = "sh"\nargs = ["-c", "echo nope >&2; exit 4"]\n',
+         "nope"),
+        (None, "file not found"),
+    ],
+)
+def test_bad_manifests_stop_boot_with_exit_1_and_no_traceback(
+    spawn: Callable[..., Gantry], fake: FakeOpenAI, tmp_path: Path, text: str | None,
+    needle: str,
+) -> None:
+    path = manifest(tmp_path, text) if text is not None else str(tmp_path / "missing.toml")
+    g = spawn(MCP_MANIFEST=path)
+    assert g.wait_exit(BOOT) == 1
+    assert needle in g.stderr
+    assert "Traceback" not in g.stderr
+    assert fake.requests == []
+
+
+def test_without_servers_mcp_is_never_imported(tmp_path: Path, fake: FakeOpenAI) -> None:
+    persona = tmp_path / "persona"
+    persona.mkdir()
+    (persona / "PERSONA.md").write_text("You are lean.\n")
+    code = ("import sys; from gantry.cli import main; rc = main(['run']); "
+            "print('MCP_IMPORTED', sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('mcp', 'mcp_types', 'jsonschema')), file=sys.stderr); sys.exit(rc)")
+    env = {"PATH": os.environ.get("PATH", ""), "CHANNEL": "stdio", "LLM_BASE_URL": fake.base_url,
+           "LLM_API_KEY": KEY, "LLM_MODEL": "m", "DATA_DIR": str(tmp_path / "d"),
+           "PERSONA_DIR": str(persona), "MCP_MANIFEST": manifest(tmp_path, "# none\n")}
+    proc = subprocess.run([sys.executable, "-c", code], input="hi\n", env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "echo: hi\n"
+    assert "MCP_IMPORTED []" in proc.stderr
+
+
+def test_tools_list_cli(tmp_path: Path) -> None:
+    path = manifest(tmp_path, toml_server("st", [str(static_fixture())]))
+    env = {"PATH": os.environ.get("PATH", ""), "MCP_MANIFEST": path}
+    proc = subprocess.run([sys.executable, "-m", "gantry", "tools", "list"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[1].split()[0] == "st__echo" and "Return the text unchanged." in lines[1]
+    assert lines[-1].startswith("4 tools from 1 servers, ~")
+    bad = manifest(tmp_path, toml_server("st", ["sh", "-c", "echo broken >&2; exit 2"]))
+    proc = subprocess.run([sys.executable, "-m", "gantry", "tools", "list"],
+                          env={**env, "MCP_MANIFEST": bad}, cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 1 and "MCP server 'st'" in proc.stderr and "broken" in proc.stderr
+    assert "Traceback" not in proc.stderr

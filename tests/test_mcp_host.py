@@ -1,0 +1,270 @@
+"""The MCP host against real processes: the static C fixture, the SDK fixture, and servers
+written by others (PyPI mcp-server-time, npm server-everything).
+
+Every test runs its host inside a task group it cancels at the end, so every child is stopped
+by the host itself; the assertions on live children and fds check exactly that.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+
+from gantry.mcp import host as hostmod
+from gantry.mcp.breaker import Breaker
+from gantry.mcp.host import Host, ServerStartError
+from gantry.mcp.manifest import parse
+from gantry.tools import Registry
+from tests.fakes.mcp_servers import (
+    alive,
+    everything_command,
+    live_children,
+    open_fds,
+    python_fixture_toml,
+    static_fixture,
+    time_command,
+    toml_server,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+SECRET = "sk-host-test-0123456789abcdef"
+BASE_ENV = {
+    "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    "HOME": "/tmp",
+    "LANG": "C.UTF-8",
+    "LLM_API_KEY": SECRET,
+    "TELEGRAM_BOT_TOKEN": "12345:" + "t" * 35,
+    "GRANTED": "granted-value",
+}
+BOOT = 120.0  # an SDK server takes ~10 s to import mcp on a loaded 2-core machine
+
+
+@asynccontextmanager
+async def running(
+    manifest: str, environ: Mapping[str, str] = BASE_ENV, max_chars: int = 16_000
+) -> AsyncIterator[tuple[Host, Registry]]:
+    registry = Registry(result_max_chars=max_chars)
+    host = Host(parse(manifest, environ), registry, environ)
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(BOOT):
+            await host.start(tg)
+        try:
+            yield host, registry
+        finally:
+            tg.cancel_scope.cancel()
+
+
+async def until(predicate: object, timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        await anyio.sleep(0.05)
+
+
+class _NoTasks:
+    """A task group stand-in whose start() runs the server task in a group of its own."""
+
+    def __init__(self) -> None:
+        self.groups: list[anyio.abc.TaskGroup] = []
+
+    async def start(self, fn: object) -> None:
+        async with anyio.create_task_group() as tg:
+            await tg.start(fn)  # type: ignore[arg-type]
+            tg.cancel_scope.cancel()
+
+
+def static_toml(name: str = "st", **kw: object) -> str:
+    return toml_server(name, [str(static_fixture())], **kw)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- static fixture
+
+
+async def test_tools_call_validation_and_env_isolation() -> None:
+    async with running(static_toml(env={"GRANTED": "${GRANTED}", "EXTRA": "x"})) as (host, reg):
+        assert reg.names() == ["st__crash", "st__echo", "st__env", "st__pid"]
+        assert host.instructions("st") == "A static fixture server."
+        assert (await reg.call("st__echo", '{"text": "hello"}')).text == "hello"
+        bad = await reg.call("st__echo", '{"text": 5}')
+        assert bad.error and "at text" in bad.text and "not of type 'string'" in bad.text
+        missing = await reg.call("st__echo", "{}")
+        assert missing.error and "'text' is a required property" in missing.text
+
+        async def env(name: str) -> str:
+            return (await reg.call("st__env", json.dumps({"name": name}))).text
+
+        assert await env("LLM_API_KEY") == "<unset>"
+        assert await env("TELEGRAM_BOT_TOKEN") == "<unset>"
+        assert await env("GRANTED") == "granted-value"
+        assert await env("EXTRA") == "x"
+        assert await env("LANG") == "C.UTF-8"
+        assert await env("PATH") == BASE_ENV["PATH"]
+        direct = await host.call("st", "echo", {"text": "via host"})
+        assert direct.text == "via host" and not direct.error
+        assert host.tools("st")[0].name in {"crash", "echo", "env", "pid"}
+        status = host.status_lines()[0]
+        assert status.startswith("st: up, 4 tools,")
+
+
+async def test_a_crash_fails_the_call_at_once_and_the_server_comes_back() -> None:
+    async with running(static_toml(timeout=30)) as (host, reg):
+        pid = (await reg.call("st__pid", "{}")).text
+        started = time.monotonic()
+        crashed = await reg.call("st__crash", "{}")
+        assert time.monotonic() - started < 5  # not the 30 s timeout
+        assert crashed.error and "stopped while running 'crash'" in crashed.text
+        server = host.servers["st"]
+        await until(lambda: server.state == "up" and server.restarts == 1, what="a restart")
+        again = await reg.call("st__pid", "{}")
+        assert not again.error and again.text != pid
+        assert "1 restarts" in host.status_lines()[0]
+
+
+async def test_100_crash_restart_cycles_leave_one_child_and_no_fd_growth(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hostmod, "BACKOFF_BASE", 0.001)
+    monkeypatch.setattr(hostmod, "BACKOFF_CAP", 0.005)
+    async with running(static_toml()) as (host, reg):
+        server = host.servers["st"]
+        server.breaker = Breaker(threshold=10**6)
+        fds = 0
+        for cycle in range(101):
+            if cycle == 1:
+                fds = open_fds()  # after one full cycle: lazily opened fds exist by now
+            await reg.call("st__crash", "{}")
+            await until(lambda c=cycle: server.state == "up" and server.restarts == c + 1,
+                        what=f"restart {cycle + 1}")
+        assert (await reg.call("st__echo", '{"text": "still here"}')).text == "still here"
+        assert len(live_children()) == 1
+        assert open_fds() == fds
+    assert live_children() == []
+
+
+async def test_breaker_opens_after_repeated_failures_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hostmod, "BACKOFF_BASE", 0.001)
+    monkeypatch.setattr(hostmod, "BACKOFF_CAP", 0.005)
+    async with running(static_toml()) as (host, reg):
+        server = host.servers["st"]
+        server.breaker = Breaker(threshold=3, cooldown=1.0)
+        for n in range(3):
+            await reg.call("st__crash", "{}")
+            if n < 2:
+                await until(lambda n=n: server.state == "up" and server.restarts == n + 1,
+                            what="a restart")
+        refused = await reg.call("st__echo", '{"text": "x"}')
+        assert refused.error and "'st' is unavailable; retry in about" in refused.text
+        assert "open circuit" in host.status_lines()[0]
+        await until(lambda: server.state == "up" and server.restarts == 3, timeout=30,
+                    what="the half-open restart")
+        assert (await reg.call("st__echo", '{"text": "back"}')).text == "back"
+        assert server.breaker.state == "closed"
+
+
+async def test_boot_failure_names_the_server_and_its_stderr() -> None:
+    manifest = static_toml() + toml_server(
+        "broken", ["sh", "-c", "echo 'cannot open /data/x.db' >&2; exit 3"])
+    registry = Registry()
+    host = Host(parse(manifest, BASE_ENV), registry, BASE_ENV)
+    with pytest.raises(ServerStartError) as info:
+        with anyio.fail_after(BOOT):
+            await host.start(_NoTasks())  # type: ignore[arg-type]
+    text = str(info.value)
+    assert "MCP server 'broken' (" in text and "could not start: it exited with code 3" in text
+    assert "cannot open /data/x.db" in text
+    assert "'st'" not in text
+    assert live_children() == []
+
+
+# ----------------------------------------------------------------------------- SDK fixture
+
+
+async def test_sdk_fixture_misbehaviours(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    """One SDK server (slow to start) through hang, big, list_changed, flood, freeze, grandchild."""
+    caplog.set_level(logging.INFO, logger="gantry.mcp")
+    manifest = python_fixture_toml(timeout=2)
+    async with running(manifest, max_chars=5000) as (host, reg):
+        server = host.servers["fx"]
+        assert "fx__echo" in reg.names()
+        echo = next(t for t in host.tools("fx") if t.name == "echo")
+        assert echo.description.startswith("Return the text unchanged.")
+
+        big = await reg.call("fx__big", '{"chars": 1000000}')
+        assert len(big.text) <= 5000 and "[truncated: " in big.text and big.chars == 1_000_000
+
+        picture = await reg.call("fx__picture", "{}")
+        assert picture.text == "[image/png, 3 kB]"
+        failed = await reg.call("fx__fail", '{"reason": "disk full"}')
+        assert failed.error
+
+        started = time.monotonic()
+        hung = await reg.call("fx__hang", "{}")
+        assert hung.error and "did not answer within 2 s" in hung.text
+        assert time.monotonic() - started < 10
+        await anyio.sleep(1)
+        assert server.state == "up" and server.restarts == 0  # it still answers pings
+
+        assert (await reg.call("fx__grow", "{}")).text == "grown"
+        await until(lambda: "fx__extra" in reg.names(), what="tools/list_changed refresh")
+        assert (await reg.call("fx__extra", "{}")).text == "extra!"
+
+        caplog.clear()
+        assert (await reg.call("fx__flood", '{"lines": 2000}')).text == "wrote 2000 lines"
+        await anyio.sleep(1.0)
+        lines = [r for r in caplog.records if r.getMessage() == "mcp server stderr"]
+        assert 50 <= len(lines) < 400, len(lines)
+        assert all(getattr(r, "server", None) == "fx" for r in lines)
+
+        grandchild = int((await reg.call("fx__grandchild", "{}")).text)
+        assert alive(grandchild)
+
+        frozen = await reg.call("fx__freeze", "{}")
+        assert frozen.error and "did not answer" in frozen.text
+        await until(lambda: server.restarts == 1, timeout=30, what="restart after a failed ping")
+        await until(lambda: not alive(grandchild), timeout=10, what="the grandchild to go")
+        await until(lambda: server.state == "up", timeout=BOOT, what="the restarted server")
+        assert (await reg.call("fx__echo", '{"text": "back"}')).text == "back"
+        grandchild = int((await reg.call("fx__grandchild", "{}")).text)
+    await until(lambda: not alive(grandchild), timeout=10, what="the grandchild after shutdown")
+    assert live_children() == []
+    reasons = [getattr(r, "reason", "") for r in caplog.records]
+    assert any("stopped answering" in r for r in reasons), reasons
+
+
+# ----------------------------------------------------------------------------- real servers
+
+
+async def test_pypi_mcp_server_time() -> None:
+    async with running(toml_server("time", [time_command()])) as (_host, reg):
+        assert {"time__get_current_time", "time__convert_time"} <= set(reg.names())
+        result = await reg.call("time__get_current_time", '{"timezone": "Europe/Oslo"}')
+        assert not result.error
+        assert json.loads(result.text)["timezone"] == "Europe/Oslo"
+        wrong = await reg.call("time__get_current_time", '{"timezone": "Mars/Olympus"}')
+        assert wrong.error
+
+
+async def test_npm_server_everything_echo_and_env_isolation() -> None:
+    argv = everything_command()
+    manifest = toml_server("every", argv, env={"GRANTED": "${GRANTED}"})
+    async with running(manifest) as (_host, reg):
+        assert {"every__echo", "every__get-env"} <= set(reg.names())
+        echo = await reg.call("every__echo", '{"message": "hi there"}')
+        assert not echo.error and "hi there" in echo.text
+        env = await reg.call("every__get-env", "{}")
+        assert not env.error
+        assert "granted-value" in env.text
+        assert SECRET not in env.text and "TELEGRAM_BOT_TOKEN" not in env.text
+        assert "LLM_API_KEY" not in env.text

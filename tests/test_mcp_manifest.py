@@ -1,0 +1,173 @@
+"""The MCP manifest: decoding, every problem at once, ${VAR} expansion, missing files."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gantry.mcp.manifest import DEFAULT_PATH, ManifestError, ServerSpec, load, parse
+
+PY = sys.executable
+ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TOKEN": "s3cret", "HOME": "/home/x"}
+
+
+def problems(text: str, env: dict[str, str] = ENV) -> list[str]:
+    with pytest.raises(ManifestError) as info:
+        parse(text, env)
+    return info.value.problems
+
+
+def test_a_full_server_decodes_and_expands() -> None:
+    specs = parse(
+        f"""
+[[server]]
+name = "time"
+command = "{PY}"
+args = ["-m", "x", "--token=${{TOKEN}}"]
+env = {{ API_TOKEN = "${{TOKEN}}", PLAIN = "1" }}
+cwd = "/"
+timeout_seconds = 5
+
+[[server]]
+name = "sh-2"
+command = "sh"
+""",
+        ENV,
+    )
+    assert specs[0] == ServerSpec(
+        name="time", command=PY, args=["-m", "x", "--token=s3cret"],
+        env={"API_TOKEN": "s3cret", "PLAIN": "1"}, cwd="/", timeout_seconds=5.0,
+    )
+    assert specs[1].name == "sh-2" and os.path.isabs(specs[1].command)  # resolved on PATH
+    assert specs[1].timeout_seconds == 60 and specs[1].args == [] and specs[1].env == {}
+
+
+def test_every_problem_is_reported_at_once_naming_server_and_key() -> None:
+    found = problems(
+        f"""
+[[server]]
+name = "a"
+command = "{PY}"
+
+[[server]]
+name = "a"
+command = "{PY}"
+
+[[server]]
+name = "bad name!"
+command = "{PY}"
+
+[[server]]
+name = "typo"
+command = "{PY}"
+argz = ["x"]
+
+[[server]]
+name = "wrongtype"
+command = 5
+
+[[server]]
+name = "nocmd"
+command = "definitely-not-a-command-xyz"
+
+[[server]]
+name = "unset"
+command = "{PY}"
+env = {{ K = "${{NOT_SET_ANYWHERE}}" }}
+
+[[server]]
+command = "{PY}"
+"""
+    )
+    text = "\n".join(found)
+    assert "server 'a': duplicate name" in text
+    assert "server 'bad name!': name must match" in text
+    assert "server 'typo': unknown key 'argz'" in text
+    assert "server 'wrongtype': command: Expected `str`, got `int`" in text
+    assert "server 'nocmd': command 'definitely-not-a-command-xyz' is neither" in text
+    assert "server 'unset': ${NOT_SET_ANYWHERE} is used but not set" in text
+    assert "server #8: missing required key 'name'" in text
+    assert len(found) == 7, found
+
+
+def test_not_toml_and_wrong_shapes() -> None:
+    assert "not valid TOML" in problems("[[server]\nname=")[0]
+    assert "only [[server]] tables" in problems("[servers]\nx=1\n")[0]
+    assert "'server' must be an array" in problems("server = 3\n")[0]
+    assert "must be between" in problems(
+        f'[[server]]\nname="x"\ncommand="{PY}"\ntimeout_seconds=0\n')[0]
+    env_key = f'[[server]]\nname="x"\ncommand="{PY}"\nenv={{"1X"="v"}}\n'
+    assert "env key '1X'" in problems(env_key)[0]
+
+
+def test_empty_manifest_means_no_servers() -> None:
+    assert parse("", ENV) == []
+    assert parse("# only comments\n", ENV) == []
+
+
+def test_missing_file_at_default_path_is_no_servers_elsewhere_an_error(tmp_path: Path) -> None:
+    if not os.path.exists(DEFAULT_PATH):
+        assert load(DEFAULT_PATH, ENV) == []
+    with pytest.raises(ManifestError, match="file not found"):
+        load(str(tmp_path / "mcp.toml"), ENV)
+    bad = tmp_path / "bin.toml"
+    bad.write_bytes(b"\xff\xfe")
+    with pytest.raises(ManifestError, match="not UTF-8"):
+        load(str(bad), ENV)
+
+
+def test_sample_manifest_is_valid_and_empty() -> None:
+    sample = Path(__file__).resolve().parents[1] / "deploy" / "mcp.toml"
+    assert load(str(sample), ENV) == []
+
+
+_value = st.one_of(
+    st.text(max_size=12), st.integers(), st.booleans(), st.lists(st.text(max_size=5), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=2), st.none(),
+)
+_keys = st.sampled_from(["name", "command", "args", "env", "cwd", "timeout_seconds", "extra"])
+
+
+def _toml(servers: list[dict[str, object]]) -> str:
+    import json
+
+    out = []
+    for server in servers:
+        out.append("[[server]]")
+        for key, value in server.items():
+            if value is None:
+                continue
+            if isinstance(value, dict):
+                inner = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in value.items())
+                out.append(f"{key} = {{ {inner} }}")
+            elif isinstance(value, bool):
+                out.append(f"{key} = {str(value).lower()}")
+            else:
+                out.append(f"{key} = {json.dumps(value)}")
+    return "\n".join(out) + "\n"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.dictionaries(_keys, _value, max_size=6), max_size=4))
+def test_any_manifest_decodes_or_fails_with_named_problems(
+    servers: list[dict[str, object]],
+) -> None:
+    """Never a traceback: either valid specs, or a ManifestError whose lines name a server."""
+    try:
+        text = _toml(servers)
+    except (TypeError, ValueError):
+        return
+    try:
+        specs = parse(text, ENV)
+    except ManifestError as exc:
+        assert exc.problems
+        for line in exc.problems:
+            assert line.startswith(("server ", "not valid TOML")), line
+        assert str(exc).startswith("MCP manifest")
+        return
+    assert len({s.name for s in specs}) == len(specs)
