@@ -26,7 +26,7 @@ from gantry.session import (
     plan_trim,
     render_for_summary,
 )
-from gantry.tools import Registry
+from gantry.tools import CALLER, Registry
 from gantry.wire.openai import (
     AssistantMessage,
     Completion,
@@ -86,6 +86,7 @@ class Agent:
     max_tokens: int = 128_000
     max_iterations: int = 20
     memory_block: MemoryBlock = _no_memory
+    status_lines: list[Callable[[str], str]] = field(default_factory=list)  # e.g. cron jobs
     started: float = field(default_factory=time.monotonic)
     _locks: dict[str, anyio.Lock] = field(default_factory=dict)
     _inflight: int = 0
@@ -100,6 +101,7 @@ class Agent:
         lock = self._locks.setdefault(msg.session_id, anyio.Lock())
         async with lock:
             self._inflight += 1
+            caller = CALLER.set(msg.session_id)
             try:
                 if command == "/new":
                     self.sessions.reset(msg.session_id)
@@ -111,6 +113,7 @@ class Agent:
                     return HELP
                 return await self._turn(msg.session_id, msg.text, stream)
             finally:
+                CALLER.reset(caller)
                 self._inflight -= 1
                 if self._inflight == 0 and self._idle is not None:
                     self._idle.set()
@@ -135,7 +138,7 @@ class Agent:
             f"history: {n} messages, ~{est_tokens(chars)} tokens (est.)\n"
             f"summary: {summary}\n"
             f"tools: {len(self.tools)}"
-        )
+        ) + "".join("\n" + line(session_id) for line in self.status_lines)
 
     # ------------------------------------------------------------------ the turn
 
