@@ -12,7 +12,6 @@ from typing import Protocol
 
 import msgspec
 
-
 Progress = Callable[[int, int], None]
 
 

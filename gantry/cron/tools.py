@@ -92,7 +92,7 @@ class CronTools:
         if not isinstance(raw, int) or isinstance(raw, bool):
             raise ToolError("`id` must be a job number from cron_list")
         if not self.store.cancel(raw, session, self.now()):
-            raise ToolError(f"no active job #{raw} in this chat; cron_list shows the ones there are")
+            raise ToolError(f"no active job #{raw} in this chat; cron_list shows its jobs")
         return f"cancelled job #{raw}"
 
     def tools(self) -> list[Tool]:
