@@ -72,7 +72,9 @@ def test_stdio_one_shot_reply_appears_without_user_message(
     g.assert_clean()
 
 
-def test_stdio_cron_disabled_offers_no_tools(spawn: Callable[..., Gantry], fake: FakeOpenAI) -> None:
+def test_stdio_cron_disabled_offers_no_tools(
+    spawn: Callable[..., Gantry], fake: FakeOpenAI
+) -> None:
     g = spawn(CRON_ENABLED="false")
     g.ask("hi", "echo: hi")
     assert "tools" not in fake.requests[0].body

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -148,7 +149,7 @@ def test_interval_and_wildcard_jobs_follow_elapsed_time() -> None:
     assert seen == [z("2026-03-08T10:00Z"), z("2026-03-08T12:00Z"), z("2026-03-08T14:00Z")]
     # every 30 minutes through LA's repeated hour: both passes fire, 30 minutes apart
     half = fires("*/30 * * * *", z("2026-11-01T07:50Z"), LA, 5)
-    assert all(b - a == timedelta(minutes=30) for a, b in zip(half, half[1:], strict=False))
+    assert all(b - a == timedelta(minutes=30) for a, b in itertools.pairwise(half))
 
 
 def test_one_shot_in_a_gap_or_fold() -> None:
@@ -184,9 +185,9 @@ def test_daily_fires_increase_and_map_back_to_the_wall_time(
     expr = f"{minute} {hour} * * {'1-5' if weekdays else '*'}"
     got = fires(expr, start, tz, 12)
     assert got[0] > start
-    assert all(a < b for a, b in zip(got, got[1:], strict=False))  # strictly increasing
+    assert all(a < b for a, b in itertools.pairwise(got))  # strictly increasing
     days = [g.astimezone(tz).date() for g in got]
-    for prev, cur in zip(days, days[1:], strict=False):  # one fire per day, none skipped
+    for prev, cur in itertools.pairwise(days):  # one fire per day, none skipped
         gap = (cur - prev).days
         assert gap == 1 or (weekdays and prev.weekday() == 4 and gap == 3), (prev, cur)
     for g in got:

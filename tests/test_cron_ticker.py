@@ -20,8 +20,7 @@ from gantry import db
 from gantry.agent import Agent
 from gantry.channel.base import Inbound, Progress
 from gantry.config import Config
-from gantry.cron import Cron, setup
-from gantry.cron import ticker
+from gantry.cron import Cron, setup, ticker
 from gantry.cron.ticker import MAX_TURN_ATTEMPTS
 from gantry.provider import Provider, RetryPolicy
 from gantry.runtime import Turns
@@ -189,7 +188,9 @@ async def test_model_schedules_then_the_reply_is_pushed(
     assert "no scheduled jobs in this chat" in await rig.say("/status")
 
 
-async def test_cancelled_job_never_fires(make: Callable[..., Awaitable[Rig]], fake: FakeOpenAI) -> None:
+async def test_cancelled_job_never_fires(
+    make: Callable[..., Awaitable[Rig]], fake: FakeOpenAI
+) -> None:
     rig = await make()
     await schedule(rig, when="in 1 minute", prompt="x")
     token = CALLER.set(SESSION)

@@ -18,8 +18,11 @@ pytestmark = pytest.mark.anyio
 NOW = 1_772_712_000.0  # 2026-03-05T12:00:00Z
 
 
+Rig = tuple[Registry, CronStore, list[int]]
+
+
 @pytest.fixture
-def reg(tmp_path: Path) -> Iterator[tuple[Registry, CronStore, list[int]]]:
+def reg(tmp_path: Path) -> Iterator[Rig]:
     store = CronStore(db.connect(tmp_path / "g.db"))
     pokes: list[int] = []
     tools = CronTools(store, "Europe/Berlin", 3, lambda: NOW, lambda: pokes.append(1))
@@ -38,7 +41,7 @@ async def call(registry: Registry, session: str, name: str, **args: object) -> t
     return result.text, result.error
 
 
-async def test_schedule_answers_id_and_local_next_fire(reg: tuple[Registry, CronStore, list[int]]) -> None:
+async def test_schedule_answers_id_and_local_next_fire(reg: Rig) -> None:
     registry, store, pokes = reg
     text, err = await call(registry, "telegram:42", "cron_schedule",
                            when="every day at 07:30", prompt="Morning digest", repeat=True)
@@ -55,7 +58,7 @@ async def test_schedule_answers_id_and_local_next_fire(reg: tuple[Registry, Cron
     assert text == "scheduled job #2 (once); next run 2026-03-05 13:20 CET (Thu)"
 
 
-async def test_jobs_are_bound_to_the_calling_chat(reg: tuple[Registry, CronStore, list[int]]) -> None:
+async def test_jobs_are_bound_to_the_calling_chat(reg: Rig) -> None:
     registry, store, _ = reg
     await call(registry, "telegram:42", "cron_schedule", when="in 1 hour", prompt="A")
     await call(registry, "telegram:7", "cron_schedule", when="in 2 hours", prompt="B")
@@ -71,7 +74,7 @@ async def test_jobs_are_bound_to_the_calling_chat(reg: tuple[Registry, CronStore
     assert "no scheduled jobs in this chat" in (await call(registry, "telegram:42", "cron_list"))[0]
 
 
-async def test_max_jobs_cap_is_a_clear_error(reg: tuple[Registry, CronStore, list[int]]) -> None:
+async def test_max_jobs_cap_is_a_clear_error(reg: Rig) -> None:
     registry, _, _ = reg
     for i in range(3):
         _, err = await call(registry, "stdio:local", "cron_schedule", when=f"in {i + 1} hours",
@@ -98,7 +101,7 @@ async def test_max_jobs_cap_is_a_clear_error(reg: tuple[Registry, CronStore, lis
     ],
 )
 async def test_bad_calls_are_fixable_errors(
-    reg: tuple[Registry, CronStore, list[int]], args: dict[str, object], match: str
+    reg: Rig, args: dict[str, object], match: str
 ) -> None:
     registry, store, _ = reg
     text, err = await call(registry, "stdio:local", "cron_schedule", **args)
@@ -106,7 +109,7 @@ async def test_bad_calls_are_fixable_errors(
     assert store.active() == []
 
 
-async def test_outside_a_turn_is_refused(reg: tuple[Registry, CronStore, list[int]]) -> None:
+async def test_outside_a_turn_is_refused(reg: Rig) -> None:
     registry, _, _ = reg
     result = await registry.call("cron_list", "{}")
     assert result.error and "only inside a conversation turn" in result.text

@@ -194,7 +194,8 @@ class CronStore:
                 "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job_id, due_at) DO NOTHING",
                 (job.id, due_at, state, note or None, now, now),
             )
-            self._advance(job.id, next_at, "missed" if state == "missed" else "done", now)
+            self._advance(job.id, next_at, state if state in ("missed", "failed") else "done",
+                          now)
 
     def open_runs(self, channel: str) -> list[Run]:
         """Runs of `channel` a crash or shutdown left started or replied, oldest first."""

@@ -7,7 +7,7 @@ CREATE TABLE cron_job (
   label      TEXT    NOT NULL,            -- as a person reads it ("every day at 07:30")
   tz         TEXT    NOT NULL,            -- CRON_TZ when scheduled (wall times mean this zone)
   prompt     TEXT    NOT NULL,            -- what the synthetic user turn says
-  state      TEXT    NOT NULL,            -- active | done | cancelled | missed
+  state      TEXT    NOT NULL,            -- active | done | cancelled | missed | failed
   next_at    REAL,                        -- next fire; NULL once the job is over
   anchor_at  REAL    NOT NULL,            -- "every N": intervals count from here
   created_at REAL    NOT NULL,
