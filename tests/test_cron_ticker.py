@@ -64,6 +64,9 @@ class Recorder:
     pushes: list[tuple[str, str]] = field(default_factory=list)
     fail: list[BaseException] = field(default_factory=list)
 
+    def can_push(self, chat_id: str) -> bool:
+        return chat_id != "group"
+
     async def push(
         self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None
     ) -> None:

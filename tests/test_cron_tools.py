@@ -109,6 +109,20 @@ async def test_bad_calls_are_fixable_errors(
     assert store.active() == []
 
 
+async def test_chats_the_channel_cannot_push_to_are_refused(tmp_path: Path) -> None:
+    store = CronStore(db.connect(tmp_path / "g.db"))
+    tools = CronTools(store, "UTC", 3, lambda: NOW, can_push=lambda chat: chat == "42")
+    registry = Registry()
+    for t in tools.tools():
+        registry.register(t)
+    text, err = await call(registry, "telegram:-100123", "cron_schedule", when="in 1 hour",
+                           prompt="x")
+    assert err and "only be sent to a private chat with an allowed user" in text
+    assert store.active() == []
+    _, err = await call(registry, "telegram:42", "cron_schedule", when="in 1 hour", prompt="x")
+    assert not err
+
+
 async def test_outside_a_turn_is_refused(reg: Rig) -> None:
     registry, _, _ = reg
     result = await registry.call("cron_list", "{}")

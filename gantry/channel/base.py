@@ -65,6 +65,10 @@ class Channel(Protocol):
         """Receive messages and answer them; call `ready()` once receiving has started."""
         ...
 
+    def can_push(self, chat_id: str) -> bool:
+        """Whether `push` may send to this chat (checked when a job is scheduled)."""
+        ...
+
     async def push(
         self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None
     ) -> None:

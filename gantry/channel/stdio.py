@@ -102,6 +102,9 @@ class StdioChannel:
             self.out.write(reply + "\n")
             self.out.flush()
 
+    def can_push(self, chat_id: str) -> bool:
+        return True
+
     async def push(
         self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None
     ) -> None:

@@ -392,6 +392,10 @@ class TelegramChannel:
 
     # ------------------------------------------------------------------ push (cron)
 
+    def can_push(self, chat_id: str) -> bool:
+        """Only an allowlisted user's private chat (its id is the user's id) gets pushes."""
+        return chat_id.lstrip("-").isdecimal() and int(chat_id) in self.allowed
+
     async def push(
         self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None
     ) -> None:
@@ -399,9 +403,9 @@ class TelegramChannel:
 
         Parts from `sent` on are sent; `progress` records each one (see Channel.push).
         """
+        if not self.can_push(chat_id):
+            raise PermissionError(f"chat {chat_id} is not in TELEGRAM_ALLOWED_USERS")
         chat = int(chat_id)
-        if chat not in self.allowed:
-            raise PermissionError(f"chat {chat} is not in TELEGRAM_ALLOWED_USERS")
         parts = parts_for(text)
         for i in range(sent, len(parts)):
             await self._send(chat, parts[i])

@@ -47,7 +47,8 @@ def setup(
     clock = clock or SystemClock()
     store = CronStore(conn)
     ticker = Ticker(store, respond, channel.push, channel.name, cfg.cron_tick_seconds, clock)
-    tools = CronTools(store, cfg.cron_tz, cfg.cron_max_jobs, clock.now, ticker.poke)
+    tools = CronTools(store, cfg.cron_tz, cfg.cron_max_jobs, clock.now, ticker.poke,
+                      channel.can_push)
     for tool in tools.tools():
         registry.register(tool)
     return Cron(store, ticker, tools)

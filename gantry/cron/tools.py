@@ -28,6 +28,7 @@ class CronTools:
     max_jobs: int
     now: Callable[[], float]
     poke: Callable[[], None] = lambda: None  # wake the ticker: a new job may be due soonest
+    can_push: Callable[[str], bool] = lambda chat_id: True  # the channel's push allowlist
 
     @property
     def tz(self) -> ZoneInfo:
@@ -53,6 +54,11 @@ class CronTools:
             raise ToolError(f"`prompt` is {len(prompt)} chars; keep it under {PROMPT_MAX_CHARS}")
         if not isinstance(repeat, bool):
             raise ToolError("`repeat` must be true or false")
+        if not self.can_push(session.split(":", 1)[-1]):
+            raise ToolError(
+                "scheduled replies can only be sent to a private chat with an allowed user; "
+                "this chat cannot receive them, so nothing was scheduled"
+            )
         now = self._now()
         try:
             sched = parse(when, repeat, now, self.tz)
