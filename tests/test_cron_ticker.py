@@ -439,3 +439,19 @@ def test_tool_schemas_are_json(tmp_path: Path) -> None:
 
 async def _never(msg: Inbound, stream: Any) -> str:
     raise AssertionError("not called")
+
+
+async def test_job_that_cannot_be_moved_on_ends_failed(
+    make: Callable[..., Awaitable[Rig]], fake: FakeOpenAI
+) -> None:
+    rig = await make()
+    await schedule(rig, when="every day at 07:30", prompt="x")
+    rig.conn.execute("UPDATE cron_job SET tz = 'Mars/Olympus', next_at = ?", (T0 + 60,))
+    assert "#1 every day at 07:30; next 2026-03-05 12:01 UTC" in rig.cron.status(SESSION)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rig.cron.run)
+        rig.clock.advance(60)
+        await until(lambda: rig.rows("SELECT 1 FROM cron_job WHERE state = 'failed'"), "failed")
+        tg.cancel_scope.cancel()
+    assert fake.requests == []
+    assert rig.rows("SELECT state FROM cron_run") == [("failed",)]

@@ -18,7 +18,7 @@ def _when(ts: float | None, tz: str) -> str:
     at = datetime.fromtimestamp(ts, UTC)
     try:
         local = at.astimezone(ZoneInfo(tz)).strftime("%Y-%m-%d %H:%M %Z")
-    except (ValueError, KeyError, OSError):
+    except (KeyError, ValueError, OSError):  # a zone the system tzdata no longer has
         local = "?"
     return f"{local} ({at.strftime('%Y-%m-%dT%H:%MZ')})"
 

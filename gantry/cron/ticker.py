@@ -21,7 +21,7 @@ import anyio
 
 from gantry.channel.base import Inbound, TurnAborted
 from gantry.cron.schedule import next_fire
-from gantry.cron.store import CronStore, Job, Run
+from gantry.cron.store import OPEN_RUN_STATES, CronStore, Job, Run
 from gantry.cron.tools import schedule_of
 
 log = logging.getLogger("gantry.cron")
@@ -114,8 +114,9 @@ class Ticker:
             earliest = self.store.earliest(self.channel)
         except Exception:
             earliest = None
-        if earliest is not None:
-            delay = min(delay, max(MIN_NAP, earliest - self.clock.now()))
+        now = self.clock.now()
+        if earliest is not None and earliest > now:  # one still due could not be moved on:
+            delay = min(delay, max(MIN_NAP, earliest - now))  # retry at the tick, not in a spin
         wake = self._wake = anyio.Event()
         async with anyio.create_task_group() as tg:
 
@@ -169,6 +170,8 @@ class Ticker:
     async def _execute(self, run: Run) -> None:
         """One fire, an error boundary: turn → reply recorded → pushed (or silent)."""
         try:
+            if run.state not in OPEN_RUN_STATES:
+                return  # finished already (a claim that found its row): never pushed twice
             if run.state == "started":
                 if self.store.attempt(run.id) > MAX_TURN_ATTEMPTS:
                     log.error("cron run interrupted too often; marked failed",

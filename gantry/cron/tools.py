@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -156,9 +156,17 @@ class CronTools:
         ]
 
 
+def zone(name: str) -> tzinfo:
+    """A job's zone; UTC if the system tzdata no longer knows it (shown, never fatal)."""
+    try:
+        return ZoneInfo(name)
+    except (KeyError, ValueError, OSError):  # ZoneInfoNotFoundError is a KeyError
+        return UTC
+
+
 def job_line(job: Job) -> str:
     """One job as a line for the model, /status and the operator."""
-    tz = ZoneInfo(job.tz)
+    tz = zone(job.tz)
     nxt = (
         describe(datetime.fromtimestamp(job.next_at, UTC), tz)
         if job.next_at is not None else "-"
