@@ -455,3 +455,24 @@ async def test_job_that_cannot_be_moved_on_ends_failed(
         tg.cancel_scope.cancel()
     assert fake.requests == []
     assert rig.rows("SELECT state FROM cron_run") == [("failed",)]
+
+
+async def test_daily_job_across_spring_forward_fires_once_a_day(
+    make: Callable[..., Awaitable[Rig]], fake: FakeOpenAI
+) -> None:
+    """02:30 every day in Los Angeles over 7–9 March 2026 (02:00 → 03:00 on the 8th)."""
+    start = 1_772_841_600.0  # 2026-03-07T00:00:00Z
+    rig = await make(clock=FakeClock(start), tz="America/Los_Angeles")
+    await schedule(rig, when="every day at 02:30", prompt="nightly")
+    fired: list[float] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rig.cron.run)
+        for n in range(1, 4):
+            next_at = rig.rows("SELECT next_at FROM cron_job")[0][0]
+            rig.clock.advance(next_at - rig.clock.now())
+            await until(lambda n=n: len(rig.channel.pushes) == n, f"fire {n}")
+            fired.append(rig.clock.now())
+        tg.cancel_scope.cancel()
+    assert [f - start for f in fired] == [10.5 * 3600, 34 * 3600, 57.5 * 3600]  # 10:30Z,
+    # then 10:00Z (03:00 PDT: the first instant after the gap), then 09:30Z (02:30 PDT)
+    assert rig.rows("SELECT count(*) FROM cron_run WHERE state = 'delivered'") == [(3,)]
