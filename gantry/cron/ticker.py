@@ -115,8 +115,10 @@ class Ticker:
         except Exception:
             earliest = None
         now = self.clock.now()
-        if earliest is not None and earliest > now:  # one still due could not be moved on:
-            delay = min(delay, max(MIN_NAP, earliest - now))  # retry at the tick, not in a spin
+        # Wake at the next job's time. A job still due now (it could not be moved on) waits
+        # for the next tick instead, so a persistent failure never becomes a busy loop.
+        if earliest is not None and earliest > now:
+            delay = min(delay, max(MIN_NAP, earliest - now))
         wake = self._wake = anyio.Event()
         async with anyio.create_task_group() as tg:
 
