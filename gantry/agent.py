@@ -26,7 +26,7 @@ from gantry.session import (
     plan_trim,
     render_for_summary,
 )
-from gantry.tools import Registry
+from gantry.tools import CALLER, Registry
 from gantry.wire.openai import (
     AssistantMessage,
     Completion,
@@ -140,6 +140,7 @@ class Agent:
     max_iterations: int = 20
     memory_block: MemoryBlock = _no_memory
     tool_status: Callable[[], list[str]] | None = None  # one line per MCP server for /status
+    status_lines: list[Callable[[str], str]] = field(default_factory=list)  # e.g. cron jobs
     started: float = field(default_factory=time.monotonic)
     # session → (lock, turns holding or waiting for it); dropped at zero, so it stays small
     _locks: dict[str, tuple[anyio.Lock, int]] = field(default_factory=dict)
@@ -176,6 +177,7 @@ class Agent:
     async def _answer(self, msg: Inbound, stream: ReplyStream | None) -> str:
         command = msg.text.strip().split(maxsplit=1)[0].lower() if msg.text.strip() else ""
         command = command.split("@", 1)[0]  # Telegram's /cmd@botname form
+        caller = CALLER.set(msg.session_id)
         try:
             if command == "/new":
                 self.sessions.reset(msg.session_id)
@@ -190,6 +192,8 @@ class Agent:
             log.exception("turn failed", extra={"session": msg.session_id})
             await _quiet_discard(stream)
             return TURN_FAILED
+        finally:
+            CALLER.reset(caller)
 
     @property
     def busy(self) -> bool:
@@ -212,7 +216,7 @@ class Agent:
             f"summary: {summary}\n"
             f"tools: {len(self.tools)}"
             + "".join(f"\nmcp {line}" for line in (self.tool_status() if self.tool_status else []))
-        )
+        ) + "".join("\n" + line(session_id) for line in self.status_lines)
 
     # ------------------------------------------------------------------ the turn
 

@@ -1,4 +1,4 @@
-"""Command line: `gantry run | status | version | tools list`.
+"""Command line: `gantry run | status | version | tools list | cron list`.
 
 Each command imports only what it needs: `status` is the container healthcheck and runs
 every few seconds, so it must not pay for aiogram, mcp or httpx.
@@ -80,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
         description="One persona, one model, MCP tools, one SQLite file.",
         epilog="Configuration is environment variables; see docs/configuration.md.",
     )
-    sub = p.add_subparsers(dest="command", metavar="{run,status,version,tools}")
+    sub = p.add_subparsers(dest="command", metavar="{run,status,version,tools,cron}")
     run = sub.add_parser("run", help="run the agent daemon (the default command)")
     run.add_argument(
         "--env-file",
@@ -112,7 +112,22 @@ def _parser() -> argparse.ArgumentParser:
         help="diagnostic: import these comma-separated modules (e.g. aiogram,mcp) in order and "
         "report each one's import time in ms; measures the frozen binary's start-up costs",
     )
+    cron = sub.add_parser("cron", help="scheduled jobs (read-only operator view)")
+    cron_sub = cron.add_subparsers(dest="cron_command", metavar="{list}", required=True)
+    cl = cron_sub.add_parser("list", help="print scheduled jobs and their next fire time")
+    cl.add_argument("--data-dir", default=None, metavar="DIR",
+                    help="override DATA_DIR (default: $DATA_DIR or /data)")
+    cl.add_argument("--all", action="store_true", help="include cancelled and finished jobs")
     return p
+
+
+def _cron(args: Any) -> int:
+    from gantry.cron.report import list_jobs
+
+    data_dir = args.data_dir or os.environ.get("DATA_DIR", "").strip() or "/data"
+    ok, text = list_jobs(os.path.join(data_dir, "gantry.db"), args.all)
+    print(text, file=sys.stdout if ok else sys.stderr)
+    return EXIT_OK if ok else EXIT_FAIL
 
 
 def _status(args: Any) -> int:
@@ -179,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         from gantry.mcp.listing import main as tools_main
 
         return tools_main(args.env_file)
+    if command == "cron":
+        return _cron(args)
     from gantry.runtime import main as run_main
 
     return run_main(getattr(args, "env_file", None))

@@ -200,6 +200,12 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
     )
     turns = Turns()
     respond = turns.wrap(agent)
+    cron = None
+    if cfg.cron_enabled:
+        from gantry import cron as cron_mod
+
+        cron = cron_mod.setup(cfg, conn, registry, respond, channel)
+        agent.status_lines.append(cron.status)
     log.info(
         "gantry starting",
         extra={"version": __version__, "channel": cfg.channel, "model": cfg.llm_model},
@@ -217,6 +223,8 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
             tg.start_soon(_heartbeat, conn)
             tg.start_soon(agent.run_folds)
             tg.start_soon(_signals, tg, receive, agent, turns, persona)
+            if cron is not None:
+                tg.start_soon(cron.run)
             with receive:
                 await channel.serve(respond, ready)
             if not receive.cancel_called:  # input ended (EOF): finish up and leave

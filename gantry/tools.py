@@ -11,6 +11,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,10 @@ log = logging.getLogger("gantry.tools")
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 ToolFn = Callable[[dict[str, Any]], Awaitable[str]]
+
+# The session id ("<channel>:<chat>") of the turn whose tool calls are running: tools bound
+# to a chat (cron) read it, since a tool's call only receives its arguments.
+CALLER: ContextVar[str] = ContextVar("gantry_caller", default="")
 
 
 class ToolError(Exception):

@@ -178,7 +178,7 @@ SYSTEM = ("system", PERSONA)
 def test_conversation_history_grows_and_persona_leads(
     spawn: Callable[..., Gantry], fake: FakeOpenAI
 ) -> None:
-    g = spawn()
+    g = spawn(CRON_ENABLED="false")  # no built-in tools either (test_cron_e2e covers them)
     g.ask("hello there", "echo: hello there")
     g.ask("how are you?", "echo: how are you?")
     g.ask("bye", "echo: bye")
@@ -202,7 +202,7 @@ def test_conversation_history_grows_and_persona_leads(
 
 
 def test_new_and_status(spawn: Callable[..., Gantry], fake: FakeOpenAI) -> None:
-    g = spawn()
+    g = spawn(CRON_ENABLED="false")  # /status ends at its tools line (cron adds one after)
     g.ask("remember the number 7", "echo: remember the number 7")
     g.ask("and the colour blue", "echo: and the colour blue")
 

@@ -422,3 +422,22 @@ def test_any_telegram_faults_at_most_one_reply_and_nothing_left_pending(
 
     with tempfile.TemporaryDirectory() as d:
         anyio.run(scenario, Path(d) / "g.db")
+
+
+@pytest.mark.anyio
+async def test_push_resumes_after_the_parts_already_sent(tmp_path: Path) -> None:
+    """Cron's exactly-once push: parts before `sent` are skipped, each new one is reported."""
+    text = "\n\n".join(f"part {i} " + "word " * 700 for i in range(3))
+    parts = parts_for(text)
+    assert len(parts) == 3
+    async with FakeTelegram(token=TOKEN) as tg:
+        ch = TelegramChannel(TOKEN, (42,), db.connect(tmp_path / "g.db"), api_url=tg.base_url)
+        seen: list[tuple[int, int]] = []
+        try:
+            await ch.push("42", text, sent=1, progress=lambda d, t: seen.append((d, t)))
+            await ch.push("42", text, sent=3, progress=lambda d, t: seen.append((d, t)))
+        finally:
+            await ch.bot.session.close()
+        assert tg.sent_texts(42) == [parts[1].text, parts[2].text]
+        assert seen == [(2, 3), (3, 3), (3, 3)]
+    assert ch.can_push("42") and not ch.can_push("-10042") and not ch.can_push("x")

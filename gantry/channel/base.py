@@ -12,6 +12,8 @@ from typing import Protocol
 
 import msgspec
 
+Progress = Callable[[int, int], None]
+
 
 class TurnAborted(Exception):
     """A turn cancelled at shutdown: the channel leaves the message pending, replies nothing."""
@@ -66,6 +68,17 @@ class Channel(Protocol):
         """Receive messages and answer them; call `ready()` once receiving has started."""
         ...
 
-    async def push(self, chat_id: str, text: str) -> None:
-        """Unsolicited message to a chat (cron); must respect the channel's allowlist."""
+    def can_push(self, chat_id: str) -> bool:
+        """Whether `push` may send to this chat (checked when a job is scheduled)."""
+        ...
+
+    async def push(
+        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None
+    ) -> None:
+        """Unsolicited message to a chat (cron); must respect the channel's allowlist.
+
+        A long text goes out in parts: parts before `sent` were delivered already (resume
+        after a restart), and `progress(done, total)` is called after each part so the
+        caller can record it: that is what makes a push exactly-once across crashes.
+        """
         ...

@@ -15,7 +15,7 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 
-from gantry.channel.base import Inbound, Responder, TurnAborted
+from gantry.channel.base import Inbound, Progress, Responder, TurnAborted
 
 CHAT_ID = "local"
 
@@ -102,6 +102,15 @@ class StdioChannel:
             self.out.write(reply + "\n")
             self.out.flush()
 
-    async def push(self, chat_id: str, text: str) -> None:
-        self.out.write(text + "\n")
-        self.out.flush()
+    def can_push(self, chat_id: str) -> bool:
+        return True
+
+    async def push(
+        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None
+    ) -> None:
+        """A scheduled reply: printed like any reply, as one part."""
+        if sent < 1:
+            self.out.write(text + "\n")
+            self.out.flush()
+        if progress is not None:
+            progress(1, 1)

@@ -36,7 +36,7 @@ from aiogram.exceptions import (
 )
 from aiogram.types import BotCommand, Message, Update
 
-from gantry.channel.base import Inbound, Responder, TurnAborted
+from gantry.channel.base import Inbound, Progress, Responder, TurnAborted
 from gantry.channel.telegram_store import MAX_ATTEMPTS, Accepted, Pending, TelegramStore
 from gantry.channel.tgfilter import GROUP_CHATS, LogOnce, addressed
 from gantry.channel.tgformat import (
@@ -580,13 +580,27 @@ class TelegramChannel:
 
     # ------------------------------------------------------------------ push (cron)
 
-    async def push(self, chat_id: str, text: str) -> None:
-        """An unsolicited message; only to allowlisted users' private chats."""
+    def can_push(self, chat_id: str) -> bool:
+        """Only an allowlisted user's private chat (its id is the user's id) gets pushes."""
+        return chat_id.lstrip("-").isdecimal() and int(chat_id) in self.allowed
+
+    async def push(
+        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None
+    ) -> None:
+        """An unsolicited message; only to allowlisted users' private chats.
+
+        Parts from `sent` on are sent; `progress` records each one (see Channel.push).
+        """
+        if not self.can_push(chat_id):
+            raise PermissionError(f"chat {chat_id} is not in TELEGRAM_ALLOWED_USERS")
         chat = int(chat_id)
-        if chat not in self.allowed:
-            raise PermissionError(f"chat {chat} is not in TELEGRAM_ALLOWED_USERS")
-        for part in parts_for(text):
-            await self._send(chat, part)
+        parts = parts_for(text)
+        for i in range(sent, len(parts)):
+            await self._send(chat, parts[i])
+            if progress is not None:
+                progress(i + 1, len(parts))
+        if sent >= len(parts) and progress is not None:
+            progress(len(parts), len(parts))
 
 
 class TelegramStream:

@@ -234,6 +234,35 @@ def test_run_answers_over_stdio_and_is_healthy(
     assert KEY not in run.stderr
 
 
+def test_cron_job_fires_in_the_frozen_binary(
+    sandbox: Sandbox, start: Any, fake_openai: Any
+) -> None:
+    """cronsim and the image's tzdata inside the binary: a one-shot fires and is pushed on
+    stdout with no user message, and `gantry cron list` reads the jobs without sqlite3."""
+    from tests.fakes.openai import Call, Reply, ToolCalls
+
+    data = sandbox.new_data_dir("data-cron")
+    run = start(_run_env(fake_openai.base_url, CRON_TZ="America/Los_Angeles",
+                         CRON_TICK_SECONDS="1"), data=data)
+    fake_openai.push(
+        ToolCalls([Call("cron_schedule", {"when": "in 2 seconds", "prompt": "Tea is ready."})]),
+        Reply("Scheduled."),
+        Reply("Your tea is ready."),
+    )
+    run.send("remind me about the tea in 2 seconds")
+    run.expect("Scheduled.\n")
+    run.expect("Your tea is ready.\n")
+    tool = next(m for m in fake_openai.requests[-2].messages if m["role"] == "tool")
+    assert tool["content"].startswith("scheduled job #1 (once); next run "), tool
+    assert " PST " in tool["content"] or " PDT " in tool["content"], tool
+    listing = sandbox.run([INSTALL_PATH, "cron", "list", "--all"], env={"DATA_DIR": "/data"},
+                          data=data, timeout=60)
+    assert listing.returncode == 0, listing.stderr
+    assert "#1 [done] stdio:local · once" in listing.stdout
+    assert run.stop(signal.SIGTERM) == 0, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr
+
+
 def test_stdio_run_stops_on_sigterm_with_stdin_open(
     sandbox: Sandbox, start: Any, fake_openai: Any
 ) -> None:
