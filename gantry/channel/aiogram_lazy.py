@@ -19,9 +19,15 @@ Afterwards every recorded class (and ``Response``, whose parametrized forms such
 ``__pydantic_parent_namespace__``, which pydantic's own first-use rebuild (the ``MockValSer``
 placed on deferred models) merges into the names it resolves annotations against: a model is
 built, exactly as aiogram's loop would have built it, the first time it validates or
-serialises. tests/test_aiogram_lazy.py checks types, methods and responses validate and
-serialise as with stock aiogram, and fails if aiogram's import shape or pydantic's hooks
-change.
+serialises. One more path needs help: an instance made while validating its parent (a
+``Message`` inside an ``Update``) exists before its own class is built, and pydantic-core's
+serializer, when it meets such an instance where the schema does not say what it is (unions,
+``Any``), fetches ``__pydantic_serializer__`` from the instance in Rust, where a ``MockValSer``
+cannot rebuild itself. Each deferred class's serializer mock is therefore also a descriptor
+that builds the class when read through an instance.
+
+tests/test_aiogram_lazy.py checks types, methods and responses validate and serialise as with
+stock aiogram, and fails if aiogram's import shape or pydantic's hooks change.
 
 If aiogram is already imported, or any hook or expectation is missing, aiogram is imported
 (again) unmodified and one warning is logged: stock behaviour, slower start.
@@ -81,6 +87,34 @@ def _models(module: Any) -> list[Any]:
         if isinstance(obj, type) and hasattr(obj, "model_rebuild"):
             out.append(obj)
     return out
+
+
+def _serializer_on_demand(cls: Any) -> None:
+    """Replace a deferred class's serializer mock with one that builds the class when read
+    through an instance (see the module docstring)."""
+    from pydantic._internal._mock_val_ser import MockValSer
+
+    class SerializerOnDemand(MockValSer):
+        def __init__(self) -> None:
+            super().__init__(
+                f"`{cls.__name__}` is not fully defined; aiogram's types namespace did not "
+                "resolve its annotations", code="class-not-fully-defined",
+                val_or_ser="serializer", attempt_rebuild=self.build)
+
+        @staticmethod
+        def build() -> Any:
+            if cls.model_rebuild(raise_errors=False, _parent_namespace_depth=0) is False:
+                return None
+            return cls.__dict__.get("__pydantic_serializer__")
+
+        def __get__(self, obj: object, owner: type | None = None) -> Any:
+            if obj is None:
+                return self
+            built = self.build()
+            return self if built is None or built is self else built
+
+    if isinstance(cls.__dict__.get("__pydantic_serializer__"), MockValSer):
+        cls.__pydantic_serializer__ = SerializerOnDemand()
 
 
 def _lazy_import() -> None:
@@ -148,8 +182,11 @@ def _lazy_import() -> None:
              if getattr(c, "__pydantic_complete__", True) and c.__module__ != BASE]
     if eager:
         raise ShapeChanged(f"models built at import despite the shim: {eager[:5]}")
+    cls: Any
     for cls in {*created, response}:
-        cls.__pydantic_parent_namespace__ = namespace  # type: ignore[attr-defined]
+        cls.__pydantic_parent_namespace__ = namespace
+        if not cls.__pydantic_complete__:
+            _serializer_on_demand(cls)
 
 
 def _stock_import(reason: str) -> None:
