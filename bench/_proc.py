@@ -19,14 +19,19 @@ def tree(pid: int) -> list[int]:
     return out
 
 
-def rss_kib(pids: list[int]) -> int:
-    """Summed VmRSS of `pids` in KiB; processes that are gone count as 0."""
+def status_kib(pids: list[int], field: str) -> int:
+    """Summed /proc/<pid>/status `field` (e.g. VmRSS, RssAnon) in KiB; gone processes count 0."""
     total = 0
     for p in pids:
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     total += int(line.split()[1])
         except OSError:
             pass
     return total
+
+
+def rss_kib(pids: list[int]) -> int:
+    """Summed VmRSS of `pids` in KiB; processes that are gone count as 0."""
+    return status_kib(pids, "VmRSS")

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _proc import rss_kib, tree  # noqa: E402
+from _proc import rss_kib, status_kib, tree  # noqa: E402
 
 from tests.fakes.openai import FakeOpenAI  # noqa: E402
 from tests.fakes.telegram import FakeTelegram  # noqa: E402
@@ -49,6 +49,14 @@ def cpu_s(pids: list[int]) -> float:
 
 def measure(cmd: list[str], channel: str, seconds: float) -> tuple[float, float, float]:
     """(boot-to-first-reply s, idle RSS MiB, idle CPU ms per second)."""
+    boot, rss, _anon, cpu = measure_full(cmd, channel, seconds)
+    return boot, rss, cpu
+
+
+def measure_full(
+    cmd: list[str], channel: str, seconds: float
+) -> tuple[float, float, float, float]:
+    """(boot-to-first-reply s, idle RSS MiB, idle anonymous RSS MiB, idle CPU ms per second)."""
     with FakeOpenAI() as llm, FakeTelegram(token=TOKEN) as tg, tempfile.TemporaryDirectory() as d:
         env = {"PATH": os.environ["PATH"], "CHANNEL": channel, "LLM_BASE_URL": llm.base_url,
                "LLM_API_KEY": "sk-bench", "LLM_MODEL": "m", "DATA_DIR": d, "PERSONA_DIR": d,
@@ -72,7 +80,8 @@ def measure(cmd: list[str], channel: str, seconds: float) -> tuple[float, float,
             c0 = cpu_s(pids)
             time.sleep(seconds)
             c1 = cpu_s(pids)
-            return boot, rss_mib(pids), (c1 - c0) * 1000 / seconds
+            anon = status_kib(pids, "RssAnon") / 1024
+            return boot, rss_mib(pids), anon, (c1 - c0) * 1000 / seconds
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
