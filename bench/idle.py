@@ -1,11 +1,13 @@
 """What an idle `gantry run` costs, per channel: RSS and CPU after boot (prints; never fails).
 
-    python bench/idle.py [--binary dist/gantry] [--seconds 10]
+    python bench/idle.py [--binary dist/gantry] [--seconds 10] [--breakdown]
 
 Starts gantry (the frozen binary if present, and the source install) with CHANNEL=stdio and
 CHANNEL=telegram against the loopback fakes, waits until it is receiving and has answered one
 message, then samples RSS (bootstrap + app processes summed, from /proc) and the CPU time
-spent while idle for `--seconds`.
+spent while idle for `--seconds`. `--breakdown` also prints, per process, how much of its RSS
+is anonymous (Python objects, heaps) and how much is file pages of the executable and
+libraries, with the largest mappings: where the binary's extra RSS over source is.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _proc import rss_kib, status_kib, tree  # noqa: E402
+from _proc import breakdown, rss_kib, status_kib, tree  # noqa: E402
 
 from tests.fakes.openai import FakeOpenAI  # noqa: E402
 from tests.fakes.telegram import FakeTelegram  # noqa: E402
@@ -54,7 +56,7 @@ def measure(cmd: list[str], channel: str, seconds: float) -> tuple[float, float,
 
 
 def measure_full(
-    cmd: list[str], channel: str, seconds: float
+    cmd: list[str], channel: str, seconds: float, show_maps: bool = False
 ) -> tuple[float, float, float, float]:
     """(boot-to-first-reply s, idle RSS MiB, idle anonymous RSS MiB, idle CPU ms per second)."""
     with FakeOpenAI() as llm, FakeTelegram(token=TOKEN) as tg, tempfile.TemporaryDirectory() as d:
@@ -81,6 +83,8 @@ def measure_full(
             time.sleep(seconds)
             c1 = cpu_s(pids)
             anon = status_kib(pids, "RssAnon") / 1024
+            if show_maps:
+                print(breakdown(pids), flush=True)
             return boot, rss_mib(pids), anon, (c1 - c0) * 1000 / seconds
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -95,6 +99,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", type=Path, default=ROOT / "dist" / "gantry")
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also print where each process's RSS is (/proc/<pid>/smaps)")
     args = ap.parse_args()
     variants = {"source": [sys.executable, "-m", "gantry", "run"]}
     if args.binary.exists():
@@ -103,8 +109,8 @@ def main() -> None:
           f"{'idle CPU ms/s':>14}")
     for name, cmd in variants.items():
         for channel in ("stdio", "telegram"):
-            boot, rss, cpu = measure(cmd, channel, args.seconds)
-            print(f"{name:<8} {channel:<9} {boot:>13.2f} {rss:>13.1f} {cpu:>14.2f}")
+            boot, rss, _anon, cpu = measure_full(cmd, channel, args.seconds, args.breakdown)
+            print(f"{name:<8} {channel:<9} {boot:>13.2f} {rss:>13.1f} {cpu:>14.2f}", flush=True)
 
 
 if __name__ == "__main__":
