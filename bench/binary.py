@@ -14,9 +14,15 @@ Measures, in one run on this machine:
 * binary size, payload size, and the clean/incremental build times recorded by
   build/build.py in build/.work/timings.jsonl;
 * import cost of aiogram, mcp, httpx, apsw from source (fresh interpreter each), and inside
-  the binary when it exposes them (`gantry version --json --import-times MOD`).
+  the binary when it exposes them (`gantry version --json --import-times MOD`);
+* container memory of an idle `gantry run` per channel (stdio, telegram against the loopback
+  fakes; after one answered message, `--idle` seconds): the process tree's RSS plus the
+  unpacked payload, because on Docker's and Kubernetes' tmpfs /tmp those file pages are
+  charged to the container. RSS + payload counts the payload pages the app has mapped twice
+  (once as RSS, once as tmpfs); anonymous RSS + payload is the figure without that overlap.
 
 Goals (issue 3): status <= 50 ms median and <= 30 MB peak RSS cached; binary <= 60 MB.
+Goal (issue 14): container memory for the Telegram channel <= 150 MiB.
 The host runs the binary directly: it carries its own loader and glibc, so the host's libc
 plays no part (tests/binary runs it in a distroless-like root).
 """
@@ -167,6 +173,19 @@ def import_costs_binary(binary: Path, env: dict[str, str]) -> dict[str, float | 
     return out
 
 
+def container_memory(binary: Path, payload: int | None, idle: float) -> dict[str, dict[str, float]]:
+    """Idle `gantry run` per channel: RSS and anonymous RSS of the tree, plus the payload."""
+    from idle import measure_full
+
+    out = {}
+    for channel in ("stdio", "telegram"):
+        boot, rss, anon, _cpu = measure_full([str(binary), "run"], channel, idle)
+        pay = (payload or 0) / 2**20
+        out[channel] = {"boot_s": boot, "rss_mib": rss, "anon_mib": anon, "payload_mib": pay,
+                        "container_mib": rss + pay, "container_no_overlap_mib": anon + pay}
+    return out
+
+
 def build_times() -> dict[str, dict[str, object]]:
     latest: dict[str, dict[str, object]] = {}
     if TIMINGS.exists():
@@ -189,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--binary", type=Path, default=ROOT / "dist" / "gantry")
     ap.add_argument("--runs", type=int, default=25)
     ap.add_argument("--cold-runs", type=int, default=5)
+    ap.add_argument("--idle", type=float, default=10.0,
+                    help="seconds of idle before reading a run's memory (container memory)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args(argv)
     binary: Path = args.binary.resolve()
@@ -243,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     payload = sum(f.stat().st_size for f in Path(spec).rglob("*") if f.is_file()) \
         if spec and Path(spec).exists() else None
 
+    container = container_memory(binary, payload, args.idle)
+
     print(f"gantry binary bench: {binary} ({size / 1e6:.1f} MB), runs={args.runs}, "
           f"cpus={os.cpu_count()}, load={os.getloadavg()[0]:.2f}")
     print(f"  {'':<44} {'median':>8} {'p90':>8} {'min':>8} {'peak RSS':>9}")
@@ -266,6 +289,16 @@ def main(argv: list[str] | None = None) -> int:
                           for k, v in import_bin.items()))
     else:
         print("  import cost, binary: n/a (gantry version --import-times failed)")
+    print(f"  container memory, idle `gantry run` (bootstrap + app, {args.idle:.0f} s after one "
+          "answered message; payload = unpacked /tmp dir):")
+    for channel, c in container.items():
+        print(f"    {channel:<9} boot->reply {c['boot_s']:5.2f} s  RSS {c['rss_mib']:6.1f} MiB "
+              f"(anon {c['anon_mib']:5.1f}) + payload {c['payload_mib']:5.1f} MiB = "
+              f"{c['container_mib']:6.1f} MiB (without the double-counted mapped payload: "
+              f"{c['container_no_overlap_mib']:6.1f})")
+    tg = container["telegram"]["container_mib"]
+    print(f"  goal: telegram container memory {tg:.0f} MiB (<= 150: "
+          f"{'ok' if tg <= 150 else 'MISSED'})")
     builds = build_times()
     for kind in ("cold", "warm"):
         if kind in builds:
@@ -274,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"ccache {b['ccache']}, {b['finished']}")
     results = {"rows": rows, "summed_rss_mib": summed, "size_bytes": size,
                "payload_bytes": payload, "import_ms_source": import_src,
-               "import_ms_binary": import_bin, "builds": builds}
+               "import_ms_binary": import_bin, "builds": builds, "container": container}
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

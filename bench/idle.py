@@ -3,12 +3,14 @@
 `stdio+mcp` is stdio with one MCP server in the manifest (the static C fixture); the server
 runs in its own session and is not counted: the figure is gantry's own.
 
-    python bench/idle.py [--binary dist/gantry] [--seconds 10]
+    python bench/idle.py [--binary dist/gantry] [--seconds 10] [--breakdown]
 
 Starts gantry (the frozen binary if present, and the source install) with CHANNEL=stdio and
 CHANNEL=telegram against the loopback fakes, waits until it is receiving and has answered one
 message, then samples RSS (bootstrap + app processes summed, from /proc) and the CPU time
-spent while idle for `--seconds`.
+spent while idle for `--seconds`. `--breakdown` also prints, per process, how much of its RSS
+is anonymous (Python objects, heaps) and how much is file pages of the executable and
+libraries, with the largest mappings: where the binary's extra RSS over source is.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _proc import rss_kib, tree  # noqa: E402
+from _proc import breakdown, rss_kib, status_kib, tree  # noqa: E402
 
 from tests.fakes.mcp_servers import static_fixture, toml_server  # noqa: E402
 from tests.fakes.openai import FakeOpenAI  # noqa: E402
@@ -60,6 +62,14 @@ def _sid(pid: int) -> int:
 
 def measure(cmd: list[str], channel: str, seconds: float) -> tuple[float, float, float]:
     """(boot-to-first-reply s, idle RSS MiB, idle CPU ms per second)."""
+    boot, rss, _anon, cpu = measure_full(cmd, channel, seconds)
+    return boot, rss, cpu
+
+
+def measure_full(
+    cmd: list[str], channel: str, seconds: float, show_maps: bool = False
+) -> tuple[float, float, float, float]:
+    """(boot-to-first-reply s, idle RSS MiB, idle anonymous RSS MiB, idle CPU ms per second)."""
     mcp = channel == "stdio+mcp"
     channel = channel.removesuffix("+mcp")
     with FakeOpenAI() as llm, FakeTelegram(token=TOKEN) as tg, tempfile.TemporaryDirectory() as d:
@@ -88,7 +98,10 @@ def measure(cmd: list[str], channel: str, seconds: float) -> tuple[float, float,
             c0 = cpu_s(pids)
             time.sleep(seconds)
             c1 = cpu_s(pids)
-            return boot, rss_mib(pids), (c1 - c0) * 1000 / seconds
+            anon = status_kib(pids, "RssAnon") / 1024
+            if show_maps:
+                print(breakdown(pids), flush=True)
+            return boot, rss_mib(pids), anon, (c1 - c0) * 1000 / seconds
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -102,6 +115,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", type=Path, default=ROOT / "dist" / "gantry")
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also print where each process's RSS is (/proc/<pid>/smaps)")
     args = ap.parse_args()
     variants = {"source": [sys.executable, "-m", "gantry", "run"]}
     if args.binary.exists():
@@ -110,8 +125,8 @@ def main() -> None:
           f"{'idle CPU ms/s':>14}")
     for name, cmd in variants.items():
         for channel in ("stdio", "stdio+mcp", "telegram"):
-            boot, rss, cpu = measure(cmd, channel, args.seconds)
-            print(f"{name:<8} {channel:<9} {boot:>13.2f} {rss:>13.1f} {cpu:>14.2f}")
+            boot, rss, _anon, cpu = measure_full(cmd, channel, args.seconds, args.breakdown)
+            print(f"{name:<8} {channel:<9} {boot:>13.2f} {rss:>13.1f} {cpu:>14.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+
+import gantry.channel.aiogram_lazy  # noqa: F401  # isort: skip  (before aiogram: lazy models)
 from aiogram import Bot
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer

@@ -1,0 +1,229 @@
+"""gantry.channel.aiogram_lazy: aiogram's models built on first use, indistinguishable from stock.
+
+Every comparison runs stock aiogram and the shim in separate fresh interpreters (an import
+cannot be undone in-process). tests/_aiogram_walk.py generates a payload for every type and
+method aiogram exports (plus realistic ones for what gantry's channel uses) and records what
+validation and serialisation produce; the shim's run must produce exactly the same.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+# The (kind, name) pairs gantry.channel.telegram sends or receives; the walk must include them.
+CHANNEL_USES = {
+    ("type", "Update"), ("type", "Message"), ("type", "User"), ("type", "Chat"),
+    ("type", "MessageEntity"), ("type", "BotCommand"),
+    *(("method", m) for m in ("GetMe", "DeleteWebhook", "SetMyCommands", "GetUpdates",
+                              "SendMessage", "EditMessageText", "DeleteMessage",
+                              "SendChatAction")),
+    *(("response", m) for m in ("GetMe", "GetUpdates", "SendMessage", "EditMessageText")),
+}
+
+
+def _python(code: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _walk(flavour: str, payloads: Path, out: Path, *extra: str) -> dict[str, Any]:
+    r = subprocess.run([sys.executable, "-m", "tests._aiogram_walk", flavour, str(payloads),
+                        str(out), *extra], cwd=ROOT, capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+@pytest.fixture(scope="module")
+def stock(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    d = tmp_path_factory.mktemp("aiogram-walk")
+    payloads = d / "payloads.json"
+    return payloads, _walk("stock", payloads, d / "stock.json")
+
+
+@pytest.mark.parametrize("seed", [None, 1], ids=["channel-types-first", "shuffled"])
+def test_models_validate_and_serialise_as_stock(
+    stock: tuple[Path, dict[str, Any]], tmp_path: Path, seed: int | None
+) -> None:
+    payloads, expected = stock
+    cases = json.loads(payloads.read_text())["cases"]
+    walked = {(kind, name) for kind, name, _ in cases}
+    assert walked >= CHANNEL_USES
+    import aiogram.methods
+    import aiogram.types
+
+    models = [n for n in aiogram.types.__all__ if hasattr(getattr(aiogram.types, n),
+                                                          "model_fields")]
+    assert len([c for c in cases if c[0] == "type"]) >= len(models) - 2  # all but the bases
+    valid = [k for k, v in expected.items() if "ok" in v["valid"]]
+    assert len(valid) > 0.7 * len(expected), "the generated payloads mostly fail: fix the walker"
+
+    got = _walk("lazy", payloads, tmp_path / "lazy.json",
+                *(["--seed", str(seed)] if seed is not None else []))
+    assert got.keys() == expected.keys()
+    differ = [k for k in expected if got[k] != expected[k]]
+    assert not differ, (differ[:10], json.dumps(got[differ[0]])[:2000],
+                        json.dumps(expected[differ[0]])[:2000])
+
+
+def test_shim_defers_every_model_until_first_use() -> None:
+    r = _python(textwrap.dedent("""
+        import json
+        import gantry.channel.aiogram_lazy as lazy
+        import aiogram.methods as m, aiogram.types as t
+        from aiogram.methods.base import Response
+        def built(mod):
+            return sorted(n for n in mod.__all__
+                          if getattr(getattr(mod, n), '__pydantic_complete__', False))
+        before = {"types": built(t), "methods": built(m)}
+        r = Response[list[t.Update]].model_validate({"ok": True, "result": [{"update_id": 1,
+            "message": {"message_id": 1, "date": 1, "chat": {"id": 1, "type": "private"},
+                        "text": "hi"}}]})
+        msg = r.result[0].message
+        print(json.dumps({"state": lazy.state, "before": before, "text": msg.text,
+                          "message_built": t.Message.__pydantic_complete__,
+                          "dump": msg.chat.model_dump(exclude_none=True)}))
+    """))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["state"] == "lazy"
+    # Only aiogram.methods.base's own classes (Request, Response, TelegramMethod) are built.
+    assert out["before"] == {"types": [], "methods": ["Request", "Response", "TelegramMethod"]}
+    assert out["text"] == "hi" and out["message_built"] is False
+    assert out["dump"] == {"id": 1, "type": "private"}
+
+
+# ------------------------------------------------------------------ the shapes relied upon
+
+
+def test_aiogram_types_still_rebuild_every_type_at_import() -> None:
+    """The loop the shim answers: `for ...: X.model_rebuild(_types_namespace=...)` in
+    aiogram/types/__init__.py. Gone or changed: re-check the shim against the new aiogram."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("aiogram.types")
+    assert spec is not None and spec.origin is not None
+    tree = ast.parse(Path(spec.origin).read_text())
+    loops = [
+        node for node in tree.body if isinstance(node, ast.For)
+        and any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                and c.func.attr == "model_rebuild"
+                and [k.arg for k in c.keywords] == ["_types_namespace"]
+                for c in ast.walk(node))
+    ]
+    assert len(loops) == 1, "aiogram.types' model_rebuild loop changed: re-check aiogram_lazy"
+    from aiogram.client.session import base as session_base
+    from aiogram.methods.base import Response, TelegramMethod
+    from aiogram.types.base import TelegramObject
+
+    assert TelegramObject.model_config.get("defer_build") is True
+    assert "Response[method.__returning__]" in inspect.getsource(session_base)
+    assert Response.__pydantic_generic_metadata__["parameters"]
+    assert TelegramMethod.__module__ == "aiogram.methods.base"
+
+
+def test_pydantic_deferral_hooks_unchanged() -> None:
+    """What the shim relies on inside pydantic; a change here fails loudly, not at run time."""
+    import pydantic
+    from pydantic._internal import _config, _mock_val_ser, _model_construction
+
+    from gantry.channel import aiogram_lazy
+
+    aiogram_lazy._check_pydantic()
+    rebuild = inspect.getsource(pydantic.BaseModel.model_rebuild)
+    assert "__pydantic_parent_namespace__" in rebuild
+    assert "if already_complete and not force" in rebuild
+    mocks = inspect.getsource(_mock_val_ser.set_model_mocks)
+    assert "model_rebuild(raise_errors=False" in mocks
+    meta = inspect.getsource(_model_construction.ModelMetaclass.__new__)
+    assert "ConfigWrapper.for_model(bases" in meta
+    assert "set_model_mocks(cls)" in meta
+    assert "__pydantic_init_subclass__" in meta
+    assert "getattr(cls, '__pydantic_parent_namespace__'" in meta
+    assert "getattr(base, 'model_config'" in inspect.getsource(_config.ConfigWrapper.for_model)
+    complete = inspect.getsource(_model_construction.complete_model_class)
+    assert "cls.__pydantic_serializer__ =" in complete
+
+
+# ------------------------------------------------------------------ falling back to stock
+
+CAPTURE = """
+    import json, logging
+    records = []
+    class Keep(logging.Handler):
+        def emit(self, r):
+            records.append({"level": r.levelname, "name": r.name, "msg": r.getMessage(),
+                            "reason": getattr(r, "reason", None)})
+    logging.getLogger().addHandler(Keep())
+    logging.getLogger().setLevel(logging.DEBUG)
+"""
+REPORT = """
+    import gantry.channel.aiogram_lazy as lazy
+    import aiogram.methods as m, aiogram.types as t
+    print(json.dumps({"state": lazy.state, "records": records,
+                      "method_deferred": bool(m.TelegramMethod.model_config.get("defer_build")),
+                      "update_built": t.Update.__pydantic_complete__,
+                      "send_built": m.SendMessage.__pydantic_complete__}))
+"""
+
+
+def _fallback(setup: str) -> dict[str, Any]:
+    r = _python(textwrap.dedent(CAPTURE) + textwrap.dedent(setup) + textwrap.dedent(REPORT))
+    assert r.returncode == 0, r.stderr
+    out: dict[str, Any] = json.loads(r.stdout)
+    assert out["state"] == "stock"
+    warnings = [x for x in out["records"] if x["level"] != "DEBUG"]
+    assert len(warnings) == 1 and warnings[0]["level"] == "WARNING", warnings
+    assert warnings[0]["name"] == "gantry.channel.aiogram_lazy"
+    assert not out["method_deferred"]
+    return out
+
+
+def test_fallback_when_pydantic_hooks_changed() -> None:
+    out = _fallback("""
+        import pydantic
+        pydantic.BaseModel.__pydantic_init_subclass__ = staticmethod(lambda **kw: None)
+    """)
+    assert out["update_built"] and out["send_built"]  # stock: everything built at import
+    assert "classmethod" in out["records"][0]["reason"]
+
+
+def test_fallback_when_the_rebuild_loop_is_gone() -> None:
+    """An aiogram whose types/__init__ no longer rebuilds: the shim must notice and step back."""
+    out = _fallback("""
+        import importlib.abc, importlib.machinery, importlib.util, sys
+        class NoLoop(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+            def find_spec(self, name, path, target=None):
+                if name != "aiogram.types":
+                    return None
+                real = importlib.machinery.PathFinder.find_spec(name, path)
+                self.source = open(real.origin).read().split("# Load typing forward refs")[0]
+                return importlib.util.spec_from_file_location(
+                    name, real.origin, loader=self,
+                    submodule_search_locations=real.submodule_search_locations)
+            def create_module(self, spec):
+                return None
+            def exec_module(self, module):
+                exec(compile(self.source, module.__spec__.origin, "exec"), module.__dict__)
+        sys.meta_path.insert(0, NoLoop())
+    """)
+    assert "rebuild loop was not seen" in out["records"][0]["reason"]
+
+
+def test_fallback_when_aiogram_was_imported_first() -> None:
+    out = _fallback("import aiogram\n")
+    assert out["update_built"] and out["send_built"]
+    assert out["records"][0]["reason"] == "already imported"
