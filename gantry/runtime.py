@@ -199,6 +199,17 @@ async def serve(cfg: Config) -> None:
         log.info("gantry stopped")
 
 
+def log_level(cfg: Config, environ: dict[str, str], stream: Any) -> str:
+    """LOG_LEVEL, except that a person typing into the stdio REPL at a terminal sees only
+    warnings and errors unless they asked for a level: routine lines would bury the chat."""
+    from gantry import log as logsetup
+
+    chatting = cfg.channel == "stdio" and logsetup.resolve_format(cfg.log_format, stream) == "text"
+    if chatting and not environ.get("LOG_LEVEL", "").strip():
+        return "warning"
+    return cfg.log_level
+
+
 def _boot_failed(exc: BaseException) -> int:
     while isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
@@ -212,11 +223,13 @@ def main(env_file: str | None) -> int:
     from gantry import log as logsetup
 
     try:
-        cfg = config.load(config.merged_environ(env_file))
+        environ = config.merged_environ(env_file)
+        cfg = config.load(environ)
     except config.ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1
-    logsetup.setup(cfg.log_level, [cfg.llm_api_key, cfg.telegram_bot_token])
+    logsetup.setup(log_level(cfg, environ, sys.stderr), [cfg.llm_api_key, cfg.telegram_bot_token],
+                   fmt=cfg.log_format)
     from gantry.db import DatabaseError
     from gantry.persona import PersonaError
 

@@ -39,6 +39,7 @@ def test_defaults_match_spec() -> None:
     assert cfg.cron_enabled is True and cfg.cron_tz == "UTC"
     assert (cfg.cron_max_jobs, cfg.cron_tick_seconds) == (50, 15)
     assert cfg.stream_replies is False and cfg.log_level == "info"
+    assert cfg.log_format == "auto"
     assert config.load({**BASE, **TG}).telegram_allowed_users == (42,)
 
 
@@ -51,7 +52,7 @@ def test_field_names_are_the_spec_variables() -> None:
         "HISTORY_MAX_MESSAGES", "HISTORY_MAX_TOKENS", "TOOL_RESULT_MAX_CHARS",
         "TOOL_MAX_ITERATIONS", "MEMORY_ENABLED", "MEMORY_BACKEND",
         "MEMORY_CONSOLIDATE_MINUTES", "CRON_ENABLED", "CRON_TZ", "CRON_MAX_JOBS",
-        "CRON_TICK_SECONDS", "STREAM_REPLIES", "LOG_LEVEL",
+        "CRON_TICK_SECONDS", "STREAM_REPLIES", "LOG_LEVEL", "LOG_FORMAT",
     }
 
 
@@ -121,6 +122,7 @@ valid_env = st.fixed_dictionaries(
         "CRON_TZ": st.sampled_from(["UTC", "America/Los_Angeles", "Europe/Berlin"]),
         "MEMORY_BACKEND": st.sampled_from(["builtin", "mcp:aigpt", "mcp:mem_1"]),
         "LOG_LEVEL": st.sampled_from(["debug", "INFO", "warning", "error"]),
+        "LOG_FORMAT": st.sampled_from(["auto", "JSON", "text"]),
     },
 )
 
@@ -135,7 +137,7 @@ def test_valid_environments_round_trip(env: dict[str, str]) -> None:
             assert value == (raw.lower() in {"true", "1", "yes", "on"})
         elif isinstance(value, int):
             assert value == int(raw)
-        elif key == "LOG_LEVEL":
+        elif key in ("LOG_LEVEL", "LOG_FORMAT"):
             assert value == raw.lower()
         else:
             assert value == raw
@@ -152,6 +154,7 @@ bad_value = {
     "CRON_TZ": st.sampled_from(["Mars/Olympus", "Not/AZone", "../etc/passwd"]),
     "MEMORY_BACKEND": st.sampled_from(["mcp:", "sqlite", "mcp:bad name", "vector"]),
     "LOG_LEVEL": st.sampled_from(["loud", "trace"]),
+    "LOG_FORMAT": st.sampled_from(["yaml", "pretty"]),
     "LLM_BASE_URL": st.sampled_from(["ftp://x", "localhost:11434", "http://"]),
 }
 
