@@ -115,5 +115,6 @@ def test_repl_on_a_terminal_hides_routine_lines_unless_asked() -> None:
     assert log_level(cfg, base, io.StringIO()) == "info"  # machines get everything
     asked = {**base, "LOG_LEVEL": "info"}
     assert log_level(config.load(asked), asked, _Tty()) == "info"
-    tg = {**base, "CHANNEL": "telegram", "TELEGRAM_BOT_TOKEN": "1:abc", "TELEGRAM_ALLOWED_USERS": "1"}
+    tg = {**base, "CHANNEL": "telegram", "TELEGRAM_BOT_TOKEN": "1:abc",
+          "TELEGRAM_ALLOWED_USERS": "1"}
     assert log_level(config.load(tg), tg, _Tty()) == "info"
