@@ -78,8 +78,10 @@ def run(session: nox.Session) -> None:
         "CHANNEL": os.environ.get("CHANNEL", "stdio"),
         "DATA_DIR": os.environ.get("DATA_DIR", str(ROOT / ".gantry-data")),
         "PERSONA_DIR": os.environ.get("PERSONA_DIR", str(ROOT / "deploy" / "persona")),
-        "MCP_MANIFEST": os.environ.get("MCP_MANIFEST", str(ROOT / ".gantry-data" / "mcp.toml")),
     }
+    manifest = ROOT / ".gantry-data" / "mcp.toml"  # optional: MCP servers for local runs
+    if "MCP_MANIFEST" not in os.environ and manifest.exists():
+        env["MCP_MANIFEST"] = str(manifest)
     args = ["--env-file", ".env"] if (ROOT / ".env").exists() else []
     session.run("gantry", "run", *args, *session.posargs, env=env, external=False)
 

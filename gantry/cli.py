@@ -1,4 +1,4 @@
-"""Command line: `gantry run | status | version | tools list | cron list`.
+"""Command line: `gantry run | status | version | init | check | tools | cron`.
 
 Each command imports only what it needs: `status` is the container healthcheck and runs
 every few seconds, so it must not pay for aiogram, mcp or httpx.
@@ -80,7 +80,8 @@ def _parser() -> argparse.ArgumentParser:
         description="One persona, one model, MCP tools, one SQLite file.",
         epilog="Configuration is environment variables; see docs/configuration.md.",
     )
-    sub = p.add_subparsers(dest="command", metavar="{run,status,version,tools,cron}")
+    sub = p.add_subparsers(dest="command",
+                           metavar="{run,status,version,init,check,tools,cron}")
     run = sub.add_parser("run", help="run the agent daemon (the default command)")
     run.add_argument(
         "--env-file",
@@ -118,6 +119,27 @@ def _parser() -> argparse.ArgumentParser:
     cl.add_argument("--data-dir", default=None, metavar="DIR",
                     help="override DATA_DIR (default: $DATA_DIR or /data)")
     cl.add_argument("--all", action="store_true", help="include cancelled and finished jobs")
+    init = sub.add_parser(
+        "init",
+        help="write sample persona files, mcp.toml and an env file (never overwrites)",
+        description="Write a starting point: PERSONA.md, USER.md, TOOLS.md, a commented "
+        "mcp.toml and an env file listing every variable. Existing files are kept.",
+    )
+    init.add_argument("--persona-dir", metavar="DIR",
+                      help="where the persona files go (default: $PERSONA_DIR or /persona)")
+    init.add_argument("--manifest", metavar="PATH",
+                      help="the MCP manifest (default: $MCP_MANIFEST or /etc/gantry/mcp.toml)")
+    init.add_argument("--env-file", metavar="PATH", default=".env",
+                      help="the env file to write (default: ./.env)")
+    chk = sub.add_parser(
+        "check",
+        help="validate the configuration and probe the model, Telegram and MCP servers",
+        description="Run every validation `gantry run` does, then probe for real, one line "
+        "per check. Exit 0 only if every check passes. Sends no message, writes no memory.",
+    )
+    chk.add_argument("--env-file", metavar="PATH",
+                     help="read KEY=VALUE lines from PATH; variables already set win")
+    chk.add_argument("--json", action="store_true", help="print one JSON object instead")
     return p
 
 
@@ -128,6 +150,15 @@ def _cron(args: Any) -> int:
     ok, text = list_jobs(os.path.join(data_dir, "gantry.db"), args.all)
     print(text, file=sys.stdout if ok else sys.stderr)
     return EXIT_OK if ok else EXIT_FAIL
+
+
+def _init(args: Any) -> int:
+    from gantry.scaffold import main as init_main
+
+    persona = args.persona_dir or os.environ.get("PERSONA_DIR", "").strip() or "/persona"
+    manifest = (args.manifest or os.environ.get("MCP_MANIFEST", "").strip()
+                or "/etc/gantry/mcp.toml")
+    return init_main(persona, manifest, args.env_file)
 
 
 def _status(args: Any) -> int:
@@ -196,6 +227,12 @@ def main(argv: list[str] | None = None) -> int:
         return tools_main(args.env_file)
     if command == "cron":
         return _cron(args)
+    if command == "init":
+        return _init(args)
+    if command == "check":
+        from gantry.check import main as check_main
+
+        return check_main(args.env_file, args.json)
     from gantry.runtime import main as run_main
 
     return run_main(getattr(args, "env_file", None))

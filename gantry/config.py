@@ -18,6 +18,7 @@ SECRETS = ("LLM_API_KEY", "TELEGRAM_BOT_TOKEN")
 CHANNELS = ("telegram", "stdio")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 TELEGRAM_GROUP_MODES = ("off", "mention")
+LOG_FORMATS = ("auto", "json", "text")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 _MCP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
@@ -51,6 +52,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     cron_tick_seconds: int = 15
     stream_replies: bool = False
     log_level: str = "info"
+    log_format: str = "auto"
 
     @property
     def db_path(self) -> Path:
@@ -213,6 +215,12 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
         problems.append(f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {level[:40]!r}")
     else:
         values["log_level"] = level
+
+    fmt = values.get("log_format", "auto").lower()
+    if fmt not in LOG_FORMATS:
+        problems.append(f"LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}, got {fmt[:40]!r}")
+    else:
+        values["log_format"] = fmt
 
     backend = values.get("memory_backend", "builtin")
     if backend != "builtin" and not (

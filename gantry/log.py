@@ -1,5 +1,6 @@
-"""JSON-lines logging to stderr, with secrets redacted from every record.
+"""Logging to stderr, with secrets redacted from every record.
 
+JSON lines for machines; short text lines when a person watches a terminal (LOG_FORMAT).
 stdout belongs to the stdio REPL, so logs never go there. Redaction runs in the one
 handler on the root logger, so records from httpx, aiogram and mcp pass through it too.
 """
@@ -85,7 +86,8 @@ class JsonFormatter(logging.Formatter):
         super().__init__()
         self.redactor = redactor
 
-    def format(self, record: logging.LogRecord) -> str:
+    def fields(self, record: logging.LogRecord) -> dict[str, Any]:
+        """The record as redacted fields: what both formats print."""
         try:
             message = record.getMessage()
         except Exception:  # a bad %-format in a third-party logger must not kill logging
@@ -105,14 +107,35 @@ class JsonFormatter(logging.Formatter):
             out["error"] = f"{type(exc).__name__}: {exc}"
             if record.levelno >= logging.ERROR or record.levelno <= logging.DEBUG:
                 out["traceback"] = self.formatException(record.exc_info)
-        clean = self.redactor.value(out)
-        line = json.dumps(clean, ensure_ascii=False, default=str)
+        clean: dict[str, Any] = self.redactor.value(out)
+        return clean
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = json.dumps(self.fields(record), ensure_ascii=False, default=str)
         # Secrets may contain characters json escapes; scrub the encoded form too.
         for secret in self.redactor.secrets:
             enc = json.dumps(secret, ensure_ascii=False)[1:-1]
             if enc != secret:
                 line = line.replace(enc, REDACTED)
         return line
+
+
+class TextFormatter(JsonFormatter):
+    """`12:04:05 warning gantry.agent: message key=value`: for a person at a terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = self.fields(record)
+        clock = out.pop("time")[11:19]
+        head = f"{clock} {out.pop('level')} {out.pop('logger')}: {out.pop('message')}"
+        tb = out.pop("traceback", None)
+        extra = " ".join(f"{k}={_short(v)}" for k, v in out.items())
+        line = f"{head} {extra}" if extra else head
+        return f"{line}\n{tb}" if tb else line
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return json.dumps(text, ensure_ascii=False) if (not text or " " in text) else text
 
 
 _LEVELS = {
@@ -123,13 +146,31 @@ _LEVELS = {
 }
 
 
+FORMATS = ("auto", "json", "text")
+
+
+def resolve_format(fmt: str, stream: TextIO) -> str:
+    """`auto` means text when a person is watching (a terminal), else JSON for machines."""
+    if fmt != "auto":
+        return fmt
+    try:
+        return "text" if stream.isatty() else "json"
+    except (AttributeError, ValueError):
+        return "json"
+
+
 def setup(
-    level: str = "info", secrets: Iterable[str] = (), stream: TextIO | None = None
+    level: str = "info",
+    secrets: Iterable[str] = (),
+    stream: TextIO | None = None,
+    fmt: str = "json",
 ) -> Redactor:
-    """Install the JSON handler on the root logger (idempotent) and return its redactor."""
+    """Install the redacting handler on the root logger (idempotent); return its redactor."""
     redactor = Redactor(secrets)
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter(redactor))
+    out = stream or sys.stderr
+    handler = logging.StreamHandler(out)
+    formatter = TextFormatter if resolve_format(fmt, out) == "text" else JsonFormatter
+    handler.setFormatter(formatter(redactor))
     handler.set_name("gantry")
     root = logging.getLogger()
     for h in list(root.handlers):

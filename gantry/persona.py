@@ -8,12 +8,16 @@ mounts keep their real files under `..data`).
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import msgspec
 
 WELL_KNOWN = ("PERSONA.md", "IDENTITY.md", "SOUL.md", "USER.md", "TOOLS.md")
 MAX_TOTAL_CHARS = 64_000
+# <!-- ... --> in a persona file is a note for the operator (gantry init's templates carry
+# guidance that way); it is not sent to the model.
+_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 
 log = logging.getLogger("gantry.persona")
 
@@ -59,7 +63,7 @@ def load(persona_dir: str | Path, max_chars: int = MAX_TOTAL_CHARS) -> Persona:
             ) from None
         except OSError as exc:
             raise PersonaError(f"persona file {path} cannot be read: {exc.strerror}") from None
-        text = text.lstrip("\ufeff").strip()
+        text = _COMMENT.sub("", text.lstrip("\ufeff")).strip()
         if not text:
             continue
         room = max_chars - total

@@ -241,6 +241,17 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
         log.info("gantry stopped")
 
 
+def log_level(cfg: Config, environ: dict[str, str], stream: Any) -> str:
+    """LOG_LEVEL, except that a person typing into the stdio REPL at a terminal sees only
+    warnings and errors unless they asked for a level: routine lines would bury the chat."""
+    from gantry import log as logsetup
+
+    chatting = cfg.channel == "stdio" and logsetup.resolve_format(cfg.log_format, stream) == "text"
+    if chatting and not environ.get("LOG_LEVEL", "").strip():
+        return "warning"
+    return cfg.log_level
+
+
 def _boot_failed(exc: BaseException, redact: Any) -> int:
     while isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
@@ -269,8 +280,9 @@ def main(env_file: str | None) -> int:
         print(logsetup.strip_url_credentials(str(exc)), file=sys.stderr)
         return 1
     redactor = logsetup.setup(
-        cfg.log_level,
+        log_level(cfg, environ, sys.stderr),
         [cfg.llm_api_key, cfg.telegram_bot_token, *logsetup.url_secrets(cfg.llm_base_url)],
+        fmt=cfg.log_format,
     )
     from gantry.db import DatabaseError
     from gantry.persona import PersonaError

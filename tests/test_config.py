@@ -40,6 +40,7 @@ def test_defaults_match_spec() -> None:
     assert (cfg.cron_max_jobs, cfg.cron_tick_seconds) == (50, 15)
     assert cfg.stream_replies is False and cfg.log_level == "info"
     assert cfg.telegram_groups == "off"
+    assert cfg.log_format == "auto"
     assert config.load({**BASE, **TG}).telegram_allowed_users == (42,)
 
 
@@ -52,7 +53,7 @@ def test_field_names_are_the_spec_variables() -> None:
         "HISTORY_MAX_MESSAGES", "HISTORY_MAX_TOKENS", "TOOL_RESULT_MAX_CHARS",
         "TOOL_MAX_ITERATIONS", "MEMORY_ENABLED", "MEMORY_BACKEND",
         "MEMORY_CONSOLIDATE_MINUTES", "CRON_ENABLED", "CRON_TZ", "CRON_MAX_JOBS",
-        "CRON_TICK_SECONDS", "STREAM_REPLIES", "LOG_LEVEL",
+        "CRON_TICK_SECONDS", "STREAM_REPLIES", "LOG_LEVEL", "LOG_FORMAT",
     }
 
 
@@ -123,6 +124,7 @@ valid_env = st.fixed_dictionaries(
         "MEMORY_BACKEND": st.sampled_from(["builtin", "mcp:aigpt", "mcp:mem_1"]),
         "LOG_LEVEL": st.sampled_from(["debug", "INFO", "warning", "error"]),
         "TELEGRAM_GROUPS": st.sampled_from(["off", "mention", "Mention", "OFF"]),
+        "LOG_FORMAT": st.sampled_from(["auto", "JSON", "text"]),
     },
 )
 
@@ -137,7 +139,7 @@ def test_valid_environments_round_trip(env: dict[str, str]) -> None:
             assert value == (raw.lower() in {"true", "1", "yes", "on"})
         elif isinstance(value, int):
             assert value == int(raw)
-        elif key in ("LOG_LEVEL", "TELEGRAM_GROUPS"):
+        elif key in ("LOG_LEVEL", "TELEGRAM_GROUPS", "LOG_FORMAT"):
             assert value == raw.lower()
         else:
             assert value == raw
@@ -155,6 +157,7 @@ bad_value = {
     "MEMORY_BACKEND": st.sampled_from(["mcp:", "sqlite", "mcp:bad name", "vector"]),
     "LOG_LEVEL": st.sampled_from(["loud", "trace"]),
     "TELEGRAM_GROUPS": st.sampled_from(["on", "all", "mentions", "true"]),
+    "LOG_FORMAT": st.sampled_from(["yaml", "pretty"]),
     "LLM_BASE_URL": st.sampled_from(["ftp://x", "localhost:11434", "http://"]),
 }
 

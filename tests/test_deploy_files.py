@@ -1,9 +1,8 @@
 """The deploy files agree with each other and with the build: paths, probes, uid, /tmp, grace.
 
 Dockerfile.distroless, compose.yml, deploy/kubernetes/*.yaml, deploy/systemd/gantry.service,
-deploy/.env.example and deploy/mcp.toml are read as data (YAML through tests/_miniyaml.py,
-which fails loudly on syntax it does not know) and compared with the constants the build
-script and the binary smoke test use.
+deploy/.env.example and deploy/mcp.toml are read as data (YAML through PyYAML's safe loader)
+and compared with the constants the build script and the binary smoke test use.
 """
 
 from __future__ import annotations
@@ -20,9 +19,9 @@ from typing import Any
 
 import msgspec
 import pytest
+import yaml
 
 from gantry.config import REQUIRED, Config, defaults, env_name
-from tests import _miniyaml
 from tests.binary.rootfs import INSTALL_PATH as ROOTFS_INSTALL_PATH
 from tests.binary.rootfs import NONROOT_UID
 
@@ -47,7 +46,7 @@ GRACE_S = build.CHILD_GRACE_MS / 1000
 
 
 def _yaml(path: Path) -> Any:
-    return _miniyaml.load(path.read_text())
+    return yaml.safe_load(path.read_text())
 
 
 def _duration_s(value: str | int) -> float:

@@ -117,3 +117,42 @@ def test_uncaught_exceptions_go_through_the_redactor(stream: io.StringIO) -> Non
     assert [r["message"] for r in records] == [
         "uncaught exception", "uncaught exception in a thread"]
     assert all(r["level"] == "critical" and "Traceback" in r["traceback"] for r in records)
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_text_format_is_short_and_redacted() -> None:
+    buf = io.StringIO()
+    log.setup("info", [KEY, TOKEN], stream=buf, fmt="text")
+    logging.getLogger("gantry.agent").warning(
+        "turn failed for %s", KEY, extra={"session": "stdio:local", "detail": f"x {TOKEN}"})
+    line = buf.getvalue().strip()
+    assert line.endswith("warning gantry.agent: turn failed for [REDACTED] "
+                         'session=stdio:local detail="x [REDACTED]"'), line
+    assert not line.startswith("{") and KEY not in line and TOKEN not in line
+
+
+def test_auto_format_follows_the_terminal() -> None:
+    assert log.resolve_format("auto", _Tty()) == "text"
+    assert log.resolve_format("auto", io.StringIO()) == "json"
+    assert log.resolve_format("json", _Tty()) == "json"
+    assert log.resolve_format("text", io.StringIO()) == "text"
+
+
+def test_repl_on_a_terminal_hides_routine_lines_unless_asked() -> None:
+    from gantry import config
+    from gantry.runtime import log_level
+
+    base = {"LLM_BASE_URL": "http://127.0.0.1:1/v1", "LLM_API_KEY": "k", "LLM_MODEL": "m",
+            "CHANNEL": "stdio"}
+    cfg = config.load(base)
+    assert log_level(cfg, base, _Tty()) == "warning"
+    assert log_level(cfg, base, io.StringIO()) == "info"  # machines get everything
+    asked = {**base, "LOG_LEVEL": "info"}
+    assert log_level(config.load(asked), asked, _Tty()) == "info"
+    tg = {**base, "CHANNEL": "telegram", "TELEGRAM_BOT_TOKEN": "1:abc",
+          "TELEGRAM_ALLOWED_USERS": "1"}
+    assert log_level(config.load(tg), tg, _Tty()) == "info"

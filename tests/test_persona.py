@@ -55,3 +55,11 @@ def test_bom_and_whitespace_stripped(tmp_path: Path) -> None:
     (tmp_path / "empty.md").write_text("   \n")
     p = persona.load(tmp_path)
     assert p.text == "You are Tim." and p.files == ("PERSONA.md",)
+
+
+def test_html_comments_are_operator_notes(tmp_path: Path) -> None:
+    (tmp_path / "PERSONA.md").write_text("<!-- note\nfor the operator -->\nBe kind.<!-- x -->")
+    (tmp_path / "USER.md").write_text("<!-- only a note -->")
+    p = persona.load(tmp_path)
+    assert p.text == "Be kind."
+    assert p.files == ("PERSONA.md",)

@@ -475,6 +475,10 @@ class FakeTelegram(LoopbackServer):
                 self._updates.clear()
         return True
 
+    async def _get_webhook_info(self, params: dict[str, Any]) -> Any:
+        url = "https://hooks.example.invalid/telegram" if self.webhook_active else ""
+        return {"url": url, "has_custom_certificate": False, "pending_update_count": 0}
+
     async def _set_my_commands(self, params: dict[str, Any]) -> Any:
         commands = params.get("commands")
         if not isinstance(commands, list):
@@ -609,6 +613,7 @@ _Handler = Callable[[FakeTelegram, dict[str, Any]], Awaitable[Any]]
 _METHODS: dict[str, _Handler] = {
     "getme": FakeTelegram._get_me,
     "deletewebhook": FakeTelegram._delete_webhook,
+    "getwebhookinfo": FakeTelegram._get_webhook_info,
     "getupdates": FakeTelegram._get_updates,
     "sendmessage": FakeTelegram._send_message,
     "editmessagetext": FakeTelegram._edit_message_text,

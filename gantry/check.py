@@ -1,0 +1,266 @@
+"""`gantry check`: every validation `run` does, then real probes, one line per check.
+
+Distroless has no shell to poke around with, so this is how an operator asks "is it wired
+right?". It never sends a Telegram message, never writes a memory, and never prints a secret
+(every line passes through the same redactor as the logs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gantry.config import Config
+
+MODEL_TIMEOUT = 30.0
+TELEGRAM_TIMEOUT = 15.0
+PROBE = "Reply with the single word: ok"
+
+
+@dataclass
+class Result:
+    """One check: `status` is ok, warn (worth knowing, not a failure), FAIL or skip."""
+
+    name: str
+    status: str
+    detail: str
+    hint: str = ""
+    ms: float | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "FAIL"
+
+
+def _ok(name: str, detail: str, ms: float | None = None) -> Result:
+    return Result(name, "ok", detail, ms=ms)
+
+
+def _fail(name: str, detail: str, hint: str, ms: float | None = None) -> Result:
+    return Result(name, "FAIL", detail, hint, ms)
+
+
+def _elapsed(started: float) -> float:
+    return round((time.monotonic() - started) * 1000, 1)
+
+
+# ---------------------------------------------------------------------------- local checks
+
+
+def check_persona(cfg: Config) -> Result:
+    from gantry.persona import PersonaError, load
+
+    if not os.path.isdir(cfg.persona_dir):
+        return Result("persona", "warn", f"{cfg.persona_dir} is missing: running without a "
+                      "persona", "mount the persona directory or set PERSONA_DIR")
+    try:
+        persona = load(cfg.persona_dir)
+    except PersonaError as exc:
+        return _fail("persona", str(exc), "fix or remove the file named")
+    if not persona.files:
+        return Result("persona", "warn", f"no *.md files in {cfg.persona_dir}",
+                      "write PERSONA.md there (gantry init writes a sample)")
+    note = " (over the size cap: the rest is left out)" if persona.truncated else ""
+    return _ok("persona", f"{len(persona.files)} files, {len(persona.text)} chars from "
+               f"{cfg.persona_dir}: {', '.join(persona.files)}{note}")
+
+
+def check_database(cfg: Config) -> Result:
+    from gantry import db
+
+    started = time.monotonic()
+    try:
+        db.ensure_data_dir(cfg.data_dir)
+        conn = db.connect(cfg.db_path)
+    except db.DatabaseError as exc:
+        return _fail("database", str(exc), "DATA_DIR must be a writable directory owned by the "
+                     "user gantry runs as")
+    try:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
+    finally:
+        conn.close()
+    return _ok("database", f"{cfg.db_path} writable, schema version {version}",
+               _elapsed(started))
+
+
+def check_extraction() -> Result:
+    """The frozen binary runs from its unpacked payload: show where, and that exec worked."""
+    from gantry.buildinfo import info
+
+    if not info()["frozen"].startswith("yes"):
+        return Result("binary", "skip", "running from source: no payload to unpack")
+    where = os.path.dirname(os.path.abspath(sys.executable))
+    st = os.statvfs(where)
+    free_mb = st.f_bavail * st.f_frsize // 1_000_000
+    return _ok("binary", f"payload unpacked in {where} (writable and exec allowed: this check "
+               f"runs from it), {free_mb} MB free there")
+
+
+def check_tls(environ: Mapping[str, str]) -> tuple[Result, Any]:
+    from gantry.tls import TLSConfigError, ca_context, ca_source
+
+    kind, where = ca_source(environ)
+    try:
+        context = ca_context(environ)
+    except TLSConfigError as exc:
+        return _fail("tls", str(exc), "point SSL_CERT_FILE at a PEM CA bundle, or unset it"), None
+    label = {"file": "SSL_CERT_FILE", "dir": "SSL_CERT_DIR", "certifi": "certifi's bundle"}[kind]
+    return _ok("tls", f"trusting {label} ({where})"), context
+
+
+# ---------------------------------------------------------------------------- probes
+
+
+async def check_model(cfg: Config, context: Any) -> Result:
+    from gantry.provider import Provider, ProviderError, RetryPolicy
+    from gantry.wire.openai import UserMessage
+
+    retry = RetryPolicy(max_attempts=1, deadline=MODEL_TIMEOUT)
+    started = time.monotonic()
+    provider = Provider(cfg.llm_base_url, cfg.llm_api_key, cfg.llm_model, timeout=MODEL_TIMEOUT,
+                        retry=retry, verify=context if context is not None else True)
+    try:
+        done = await provider.complete([UserMessage(PROBE)], None, max_tokens=16)
+    except ProviderError as exc:
+        return _model_failure(cfg, exc, _elapsed(started))
+    finally:
+        await provider.aclose()
+    reply = " ".join(done.text.split())[:40] or "(empty)"
+    return _ok("model", f"{cfg.llm_model} answered {reply!r}", _elapsed(started))
+
+
+def _model_failure(cfg: Config, exc: Any, ms: float) -> Result:
+    status = exc.status
+    if status in (401, 403):
+        return _fail("model", f"the endpoint rejected the key (HTTP {status})",
+                     "check LLM_API_KEY (and that it may use this model)", ms)
+    if status == 404:
+        return _fail("model", f"HTTP 404 for model {cfg.llm_model!r}",
+                     "check LLM_MODEL, and that LLM_BASE_URL is the OpenAI-compatible root "
+                     "(e.g. .../v1)", ms)
+    text = str(exc)
+    if status is None and "CERTIFICATE_VERIFY_FAILED" in text:
+        return _fail("model", "TLS: the endpoint's certificate is not trusted",
+                     "trust its CA via SSL_CERT_FILE (see the tls line)", ms)
+    if status is None:
+        return _fail("model", f"cannot reach LLM_BASE_URL: {exc.message}",
+                     "check the URL, DNS and that the server is up", ms)
+    return _fail("model", text, "see the provider's message above", ms)
+
+
+async def check_telegram(cfg: Config, context: Any) -> list[Result]:
+    """getMe and getWebhookInfo only: nothing is sent to any chat."""
+    import httpx
+
+    users = len(cfg.telegram_allowed_users)
+    out = [_ok("telegram allowlist", f"{users} allowed user id(s)")]
+    base = f"{cfg.telegram_api_url.rstrip('/')}/bot{cfg.telegram_bot_token}"
+    started = time.monotonic()
+    verify = context if context is not None else True
+    async with httpx.AsyncClient(timeout=TELEGRAM_TIMEOUT, verify=verify) as client:
+        try:
+            me = await client.get(f"{base}/getMe")
+        except httpx.HTTPError as exc:
+            hint = ("trust its CA via SSL_CERT_FILE" if "CERTIFICATE_VERIFY_FAILED" in str(exc)
+                    else "check TELEGRAM_API_URL and outbound network")
+            return [*out, _fail("telegram", f"cannot reach {cfg.telegram_api_url}: "
+                                f"{type(exc).__name__}: {exc}", hint, _elapsed(started))]
+        ms = _elapsed(started)
+        body = _json(me)
+        if me.status_code in (401, 404):
+            return [*out, _fail("telegram", f"Telegram rejected the bot token (HTTP "
+                                f"{me.status_code})", "check TELEGRAM_BOT_TOKEN from "
+                                "@BotFather", ms)]
+        if me.status_code != 200 or not body.get("ok"):
+            return [*out, _fail("telegram", f"getMe answered HTTP {me.status_code}: "
+                                f"{str(body.get('description', ''))[:200]}",
+                                "try again later; check TELEGRAM_API_URL", ms)]
+        username = body.get("result", {}).get("username", "?")
+        out.append(_ok("telegram", f"bot @{username}", ms))
+        try:
+            hook = _json(await client.get(f"{base}/getWebhookInfo"))
+        except httpx.HTTPError:
+            return out
+        url = str(hook.get("result", {}).get("url") or "")
+        if url:
+            host = httpx.URL(url).host
+            out.append(Result("telegram webhook", "warn", f"a webhook is set (to {host})",
+                              "gantry run deletes it at start and long-polls; another service "
+                              "that sets it again will fight gantry"))
+    return out
+
+
+def _json(response: Any) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+# ---------------------------------------------------------------------------- driver
+
+
+async def run_checks(cfg: Config, environ: Mapping[str, str]) -> list[Result]:
+    results = [check_persona(cfg), check_database(cfg), check_extraction()]
+    tls, context = check_tls(environ)
+    results.append(tls)
+    results.append(await check_model(cfg, context))
+    if cfg.channel == "telegram":
+        results += await check_telegram(cfg, context)
+    return results
+
+
+def render(results: list[Result], redact: Callable[[str], str]) -> str:
+    width = max(len(r.name) for r in results)
+    lines = []
+    for r in results:
+        ms = f" ({r.ms:.0f} ms)" if r.ms is not None else ""
+        lines.append(redact(f"{r.status:<4} {r.name:<{width}}  {r.detail}{ms}"))
+        if r.hint and r.status in ("FAIL", "warn"):
+            lines.append(redact(f"     {'':<{width}}  → {r.hint}"))
+    failed = sum(r.failed for r in results)
+    lines.append(f"{'all checks passed' if not failed else f'{failed} check(s) failed'}")
+    return "\n".join(lines)
+
+
+def main(env_file: str | None, as_json: bool) -> int:
+    import logging
+
+    import anyio
+
+    from gantry import config
+    from gantry.log import Redactor, url_secrets
+
+    logging.disable(logging.CRITICAL)  # the lines below are the report; logs would repeat them
+    try:
+        environ = config.merged_environ(env_file)
+        cfg = config.load(environ)
+    except config.ConfigError as exc:
+        results = [_fail("config", "; ".join(exc.problems) if exc.problems else str(exc),
+                         "see docs/configuration.md")]
+        return _report(results, as_json, Redactor().text)
+    redact = Redactor([cfg.llm_api_key, cfg.telegram_bot_token,
+                       *url_secrets(cfg.llm_base_url)]).text
+    results = [_ok("config", f"channel {cfg.channel}, model {cfg.llm_model}")]
+    try:
+        results += anyio.run(run_checks, cfg, environ)
+    except Exception as exc:  # a probe bug must still end in a report, not a traceback
+        results.append(_fail("check", f"{type(exc).__name__}: {exc}", "report this as a bug"))
+    return _report(results, as_json, redact)
+
+
+def _report(results: list[Result], as_json: bool, redact: Callable[[str], str]) -> int:
+    failed = any(r.failed for r in results)
+    if as_json:
+        checks = [{k: redact(v) if isinstance(v, str) else v for k, v in asdict(r).items()}
+                  for r in results]
+        print(json.dumps({"ok": not failed, "checks": checks}, ensure_ascii=False))
+    else:
+        print(render(results, redact))
+    return 1 if failed else 0

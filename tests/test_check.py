@@ -1,0 +1,150 @@
+"""`gantry check` against the loopback fakes: each failure is one FAIL line, exit 1, no secret."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.openai import FakeOpenAI, HTTPError
+from tests.fakes.telegram import FakeTelegram
+
+pytestmark = pytest.mark.slow
+
+KEY = "sk-check-secret-0123456789"
+TOKEN = "7000000001:AAcheckSecretTokenValue_0123456789abcd"
+
+
+def _env(tmp_path: Path, base_url: str, **extra: str) -> dict[str, str]:
+    persona = tmp_path / "persona"
+    persona.mkdir(exist_ok=True)
+    (persona / "PERSONA.md").write_text("Be brief.")
+    return {"PATH": os.environ["PATH"], "CHANNEL": "stdio", "LLM_BASE_URL": base_url,
+            "LLM_API_KEY": KEY, "LLM_MODEL": "fake-model", "DATA_DIR": str(tmp_path / "data"),
+            "PERSONA_DIR": str(persona), **extra}
+
+
+def _check(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return _run([sys.executable, "-m", "gantry", "check", *args], env)
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    out = result.stdout + result.stderr
+    assert "Traceback" not in out
+    assert KEY not in out and TOKEN not in out and TOKEN.split(":")[1] not in out
+    return result
+
+
+def _line(out: str, name: str) -> str:
+    for line in out.splitlines():
+        if line[5:].split("  ", 1)[0] == name:
+            return line
+    raise AssertionError(f"no {name!r} line in:\n{out}")
+
+
+def _telegram_env(tmp_path: Path, model_url: str, tg: FakeTelegram) -> dict[str, str]:
+    return _env(tmp_path, model_url, CHANNEL="telegram", TELEGRAM_BOT_TOKEN=TOKEN,
+                TELEGRAM_ALLOWED_USERS="42,43", TELEGRAM_API_URL=tg.base_url)
+
+
+def test_all_ok_on_stdio(tmp_path: Path) -> None:
+    with FakeOpenAI(api_key=KEY) as model:
+        result = _check(_env(tmp_path, model.base_url))
+        sent = [r.last_user_text for r in model.requests]
+    assert result.returncode == 0, result.stdout
+    for name in ("config", "persona", "database", "tls", "model"):
+        assert _line(result.stdout, name).startswith("ok"), name
+    assert "fake-model answered" in _line(result.stdout, "model")
+    assert _line(result.stdout, "binary").startswith("skip")
+    assert result.stdout.rstrip().endswith("all checks passed")
+    assert len(sent) == 1  # one tiny completion, no retries
+
+
+def test_telegram_ok_reports_the_bot_and_sends_nothing(tmp_path: Path) -> None:
+    with FakeOpenAI(api_key=KEY) as model, FakeTelegram(token=TOKEN, webhook_active=True) as tg:
+        result = _check(_telegram_env(tmp_path, model.base_url, tg))
+        methods = {c.method.lower() for c in tg.calls()}
+    assert result.returncode == 0, result.stdout
+    assert "@gantry_test_bot" in _line(result.stdout, "telegram")
+    assert "2 allowed user id(s)" in _line(result.stdout, "telegram allowlist")
+    assert _line(result.stdout, "telegram webhook").startswith("warn")
+    assert methods <= {"getme", "getwebhookinfo"}  # never sends, never deletes the webhook
+
+
+def test_json_output(tmp_path: Path) -> None:
+    with FakeOpenAI(api_key=KEY) as model:
+        result = _check(_env(tmp_path, model.base_url), "--json")
+    doc: dict[str, Any] = json.loads(result.stdout)
+    assert doc["ok"] is True and result.returncode == 0
+    assert {c["name"] for c in doc["checks"]} >= {"config", "persona", "database", "model"}
+
+
+def test_rejected_key(tmp_path: Path) -> None:
+    with FakeOpenAI(api_key="sk-the-right-one") as model:
+        result = _check(_env(tmp_path, model.base_url))
+    assert result.returncode == 1
+    line = _line(result.stdout, "model")
+    assert line.startswith("FAIL") and "rejected the key (HTTP 401)" in line
+    assert "check LLM_API_KEY" in result.stdout
+
+
+def test_wrong_model_name(tmp_path: Path) -> None:
+    with FakeOpenAI(api_key=KEY) as model:
+        model.push(HTTPError(404, "The model `fake-modle` does not exist"))
+        result = _check(_env(tmp_path, model.base_url))
+    assert result.returncode == 1
+    assert "HTTP 404 for model 'fake-model'" in _line(result.stdout, "model")
+    assert "check LLM_MODEL" in result.stdout
+
+
+def test_unreachable_url(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = _check(_env(tmp_path, f"http://127.0.0.1:{port}/v1"))
+    assert result.returncode == 1
+    assert "cannot reach LLM_BASE_URL" in _line(result.stdout, "model")
+
+
+def test_bad_bot_token(tmp_path: Path) -> None:
+    with FakeOpenAI(api_key=KEY) as model, FakeTelegram(token="7000000001:other") as tg:
+        result = _check(_telegram_env(tmp_path, model.base_url, tg))
+    assert result.returncode == 1
+    line = _line(result.stdout, "telegram")
+    assert line.startswith("FAIL") and "rejected the bot token" in line
+
+
+def test_bad_config_lists_every_problem(tmp_path: Path) -> None:
+    env = _env(tmp_path, "ftp://nowhere", HISTORY_MAX_MESSAGES="lots")
+    result = _check(env)
+    assert result.returncode == 1
+    line = _line(result.stdout, "config")
+    assert "LLM_BASE_URL" in line and "HISTORY_MAX_MESSAGES" in line
+
+
+def test_read_only_data_dir(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    cmd = [sys.executable, "-m", "gantry", "check"]
+    if os.getuid() == 0:  # root writes through mode bits: use a read-only mount instead
+        if shutil.which("unshare") is None:
+            pytest.skip("root without unshare(1)")
+        mount = f"mount -t tmpfs -o ro tmpfs {shlex.quote(str(data))}"
+        cmd = ["unshare", "-m", "sh", "-c", f"{mount} && exec {shlex.join(cmd)}"]
+    else:
+        data.chmod(0o555)
+    with FakeOpenAI(api_key=KEY) as model:
+        result = _run(cmd, _env(tmp_path, model.base_url))
+    assert result.returncode == 1
+    line = _line(result.stdout, "database")
+    assert line.startswith("FAIL") and "not writable" in line
+    assert _line(result.stdout, "model").startswith("ok")  # the other checks still ran

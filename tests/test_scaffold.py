@@ -1,0 +1,106 @@
+"""`gantry init`: every file written once, never overwritten; the env template tracks Config."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from gantry import scaffold
+from gantry.config import Config, defaults, env_name, load, read_env_file
+from gantry.persona import load as load_persona
+
+
+def _init(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gantry", "init", "--persona-dir", str(tmp_path / "persona"),
+         "--manifest", str(tmp_path / "etc" / "mcp.toml"), "--env-file",
+         str(tmp_path / ".env"), *extra],
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_init_writes_every_file_then_skips_them(tmp_path: Path) -> None:
+    first = _init(tmp_path)
+    assert first.returncode == 0, first.stderr
+    written = [line.split(" ", 1)[1] for line in first.stdout.splitlines()]
+    assert all(line.startswith("wrote ") for line in first.stdout.splitlines())
+    assert sorted(written) == sorted([
+        *(str(tmp_path / "persona" / n) for n in scaffold.PERSONA_FILES),
+        str(tmp_path / "etc" / "mcp.toml"), str(tmp_path / ".env"),
+    ])
+    (tmp_path / "persona" / "USER.md").write_text("mine")
+    second = _init(tmp_path)
+    assert second.returncode == 0
+    assert all(line.startswith("skip (exists) ") for line in second.stdout.splitlines())
+    assert len(second.stdout.splitlines()) == len(written)
+    assert (tmp_path / "persona" / "USER.md").read_text() == "mine"
+    assert os.stat(tmp_path / ".env").st_mode & 0o077 == 0  # it will hold secrets
+
+
+def test_init_names_a_directory_it_cannot_write(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    cmd = [sys.executable, "-m", "gantry", "init", "--persona-dir", str(locked / "p"),
+           "--manifest", str(tmp_path / "m.toml"), "--env-file", str(tmp_path / ".env")]
+    if os.getuid() == 0:  # root writes through any mode bits: make it a read-only mount
+        if shutil.which("unshare") is None:
+            pytest.skip("root without unshare(1): cannot make an unwritable directory")
+        script = f"mount -t tmpfs -o ro tmpfs {shlex.quote(str(locked))} && exec {shlex.join(cmd)}"
+        cmd = ["unshare", "-m", "sh", "-c", script]
+    else:
+        locked.chmod(0o555)
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stdout
+    assert f"cannot create directory {locked / 'p'}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_init_refuses_a_file_where_a_directory_should_be(tmp_path: Path) -> None:
+    (tmp_path / "persona").write_text("not a directory")
+    result = _init(tmp_path)
+    assert result.returncode == 1
+    assert "persona" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_env_template_lists_exactly_the_config_fields() -> None:
+    fields = [f.name for f in msgspec.structs.fields(Config)]
+    assert set(scaffold.MEANINGS) == set(fields)
+    text = scaffold.env_template()
+    named = [line.lstrip("#").split("=", 1)[0] for line in text.splitlines()
+             if "=" in line and not line.startswith("# ")]
+    assert named == [env_name(f) for f in fields]
+    for name, value in defaults().items():
+        if name in ("telegram_bot_token", "telegram_allowed_users"):
+            continue
+        shown = str(value).lower() if isinstance(value, bool) else str(value)
+        assert f"#{env_name(name)}={shown}\n" in text, name
+
+
+def test_env_template_round_trips_through_config(tmp_path: Path) -> None:
+    """Filling in the required lines of the template gives a valid config with the defaults."""
+    path = tmp_path / ".env"
+    path.write_text(scaffold.env_template())
+    env = read_env_file(path)
+    env.update(LLM_BASE_URL="http://127.0.0.1:9/v1", LLM_API_KEY="k", LLM_MODEL="m",
+               CHANNEL="stdio")
+    cfg = load(env)
+    assert cfg.history_max_messages == defaults()["history_max_messages"]
+
+
+def test_templates_are_usable(tmp_path: Path) -> None:
+    import tomllib
+
+    assert tomllib.loads(scaffold.template("mcp.toml")) == {}  # every example commented out
+    for name in scaffold.PERSONA_FILES:
+        (tmp_path / name).write_text(scaffold.template(name))
+    persona = load_persona(tmp_path)
+    assert persona.files == scaffold.PERSONA_FILES
+    assert "<!--" not in persona.text and "gantry init" not in persona.text
