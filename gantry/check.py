@@ -203,6 +203,47 @@ def _json(response: Any) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+async def check_mcp(cfg: Config, environ: Mapping[str, str]) -> list[Result]:
+    """The manifest, then each server on its own: start, initialize, list tools, stop."""
+    from gantry.mcp.manifest import ManifestError, load
+
+    try:
+        specs = load(cfg.mcp_manifest, environ)
+    except ManifestError as exc:
+        return [_fail("mcp manifest", str(exc), "fix the servers and keys named (docs/mcp.md)")]
+    if not specs:
+        return [_ok("mcp manifest", f"no MCP servers ({cfg.mcp_manifest})")]
+    out = [_ok("mcp manifest", f"{len(specs)} server(s) in {cfg.mcp_manifest}")]
+    for spec in specs:
+        out.append(await _probe_server(spec, environ))
+    return out
+
+
+async def _probe_server(spec: Any, environ: Mapping[str, str]) -> Result:
+    import anyio
+
+    from gantry.mcp.host import Host, ServerStartError
+    from gantry.tools import Registry
+
+    name = f"mcp {spec.name}"
+    started = time.monotonic()
+    host = Host([spec], Registry(), environ)
+    failed: str | None = None
+    tools = 0
+    async with anyio.create_task_group() as tg:
+        try:
+            await host.start(tg)
+            tools = len(host.tools(spec.name))
+        except ServerStartError as exc:
+            failed = str(exc)
+        ms = _elapsed(started)
+        tg.cancel_scope.cancel()  # the supervisor stops and reaps the child on its way out
+    if failed is not None:
+        return _fail(name, failed.replace("\n", " | "), "check its command, args and env in "
+                     "the manifest; distroless needs static binaries", ms)
+    return _ok(name, f"started, {tools} tools, stopped again", ms)
+
+
 # ---------------------------------------------------------------------------- driver
 
 
@@ -213,6 +254,7 @@ async def run_checks(cfg: Config, environ: Mapping[str, str]) -> list[Result]:
     results.append(await check_model(cfg, context))
     if cfg.channel == "telegram":
         results += await check_telegram(cfg, context)
+    results += await check_mcp(cfg, environ)
     return results
 
 

@@ -148,3 +148,27 @@ def test_read_only_data_dir(tmp_path: Path) -> None:
     line = _line(result.stdout, "database")
     assert line.startswith("FAIL") and "not writable" in line
     assert _line(result.stdout, "model").startswith("ok")  # the other checks still ran
+
+
+def test_mcp_servers_are_started_listed_and_stopped(tmp_path: Path) -> None:
+    from tests.fakes.mcp_servers import python_fixture_toml, toml_server
+
+    manifest = tmp_path / "mcp.toml"
+    manifest.write_text(python_fixture_toml("fx") + toml_server("broken", ["/bin/false"]))
+    with FakeOpenAI(api_key=KEY) as model:
+        result = _check(_env(tmp_path, model.base_url, MCP_MANIFEST=str(manifest)))
+    assert result.returncode == 1
+    assert "2 server(s)" in _line(result.stdout, "mcp manifest")
+    ok = _line(result.stdout, "mcp fx")
+    assert ok.startswith("ok") and "tools, stopped again" in ok
+    bad = _line(result.stdout, "mcp broken")
+    assert bad.startswith("FAIL") and "broken" in bad
+
+
+def test_bad_manifest_fails_the_check(tmp_path: Path) -> None:
+    manifest = tmp_path / "mcp.toml"
+    manifest.write_text('[[server]]\nname = "bad name"\ncommand = "nope"\n')
+    with FakeOpenAI(api_key=KEY) as model:
+        result = _check(_env(tmp_path, model.base_url, MCP_MANIFEST=str(manifest)))
+    assert result.returncode == 1
+    assert _line(result.stdout, "mcp manifest").startswith("FAIL")
