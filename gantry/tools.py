@@ -11,6 +11,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,10 @@ log = logging.getLogger("gantry.tools")
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 ToolFn = Callable[[dict[str, Any]], Awaitable[str]]
+
+# The session whose turn is running, for tools that keep per-session state (tools_search).
+# The agent sets it per turn; anyio tasks started inside the turn inherit it.
+current_session: ContextVar[str] = ContextVar("gantry_current_session", default="")
 
 
 class ToolError(Exception):
@@ -66,12 +71,19 @@ class Registry:
 
     result_max_chars: int = 16_000
     _tools: dict[str, Tool] = field(default_factory=dict)
+    version: int = 0  # bumped on every change, so indexes over the catalog know to rebuild
 
     def __len__(self) -> int:
         return len(self._tools)
 
     def names(self) -> list[str]:
         return sorted(self._tools)
+
+    def tools(self) -> list[Tool]:
+        return [self._tools[n] for n in sorted(self._tools)]
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
 
     def register(self, tool: Tool) -> None:
         if not NAME_RE.match(tool.name):
@@ -82,16 +94,20 @@ class Registry:
                 f"{self._tools[tool.name].source}"
             )
         self._tools[tool.name] = tool
+        self.version += 1
 
     def replace_source(self, source: str, tools: Iterable[Tool]) -> None:
         """Swap every tool of `source` for `tools` (an MCP server restarted or changed)."""
         for name in [n for n, t in self._tools.items() if t.source == source]:
             del self._tools[name]
+        self.version += 1
         for tool in tools:
             self.register(tool)
 
-    def schemas(self) -> list[ToolDef]:
-        return [self._tools[n].schema() for n in sorted(self._tools)]
+    def schemas(self, names: Iterable[str] | None = None) -> list[ToolDef]:
+        """Every tool's schema, or only those of `names` (a routed turn's offer)."""
+        chosen = sorted(self._tools) if names is None else sorted(set(names) & set(self._tools))
+        return [self._tools[n].schema() for n in chosen]
 
     async def call(self, name: str, arguments: str) -> ToolResult:
         """Run one call; every failure becomes an error result the model can read."""

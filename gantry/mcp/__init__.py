@@ -1,0 +1,1 @@
+"""MCP: the stdio host (supervised children, tools in the registry) and tool routing."""
