@@ -139,3 +139,29 @@ def test_index_follows_catalog_changes() -> None:
     reg.replace_source("srv", [_tool("srv__list_pods", "List kubernetes pods", "ns", "srv")])
     assert [t.name for t in router.search("kubernetes pods")] == ["srv__list_pods"]
     assert "srv__send_email" not in {t.name for t in router.search("send email")}
+
+
+def test_catalog_files_and_batch_queries(tmp_path: Any, capsys: Any) -> None:
+    import json
+
+    from gantry.mcp.routing import CatalogError, load_catalog, search_main
+
+    defs = [{"type": "function", "function": {"name": n.replace(".", "_"), "description": d,
+             "parameters": {"type": "object", "properties": {p: {"type": "string"}}}}}
+            for n, d, p in TOPICS.values()]
+    defs.append({"name": "bare_tool", "description": "A bare definition about llamas"})
+    path = tmp_path / "catalog.json"
+    path.write_text(json.dumps(defs))
+    docs = load_catalog(str(path))
+    assert len(docs) == 7
+    queries = tmp_path / "q.txt"
+    queries.write_text("send an email\nllamas\n\n")
+    assert search_main(docs, None, str(queries), 2) == 0
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert out[0][0] == "send_email" and out[1] == ["bare_tool"] and out[2] == []
+    assert search_main(docs, "translate into german", None, 1) == 0
+    assert capsys.readouterr().out == "translate_text\n"
+    for bad in ("{}", "[1]", "not json", '[{"function": {"description": "x"}}]'):
+        path.write_text(bad)
+        with pytest.raises(CatalogError):
+            load_catalog(str(path))

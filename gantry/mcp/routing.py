@@ -282,3 +282,57 @@ def search_tool(router: Router) -> Any:
         call,
         source="routing",
     )
+
+
+# ---------------------------------------------------------------------------- operator CLI
+
+
+class CatalogError(Exception):
+    """A --catalog file that is not a JSON list of function definitions; `str()` says why."""
+
+
+def load_catalog(path: str) -> list[ToolDoc]:
+    """OpenAI-style function definitions (`{"type": "function", "function": {...}}` or the
+    bare `{"name", "description", "parameters"}`) from a JSON file, for offline ranking."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CatalogError(f"--catalog {path}: cannot read it as JSON ({exc})") from None
+    if not isinstance(data, list):
+        raise CatalogError(f"--catalog {path}: expected a JSON list of function definitions")
+    docs: list[ToolDoc] = []
+    for i, item in enumerate(data):
+        fn = item.get("function", item) if isinstance(item, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise CatalogError(f"--catalog {path}: item {i} has no function name")
+        params = fn.get("parameters")
+        docs.append(ToolDoc(fn["name"], str(fn.get("description") or ""),
+                            params if isinstance(params, dict) else None))
+    return docs
+
+
+def search_main(docs: Sequence[ToolDoc], query: str | None, queries_file: str | None,
+                top: int) -> int:
+    """`gantry tools search`: ranked names, one per line; with --queries one JSON array per
+    query line, in order, from one index built once."""
+    import json
+    import sys
+
+    index = ToolIndex()
+    index.rebuild(docs)
+    if queries_file is None:
+        for name in index.search(query or "", top):
+            print(name)
+        return 0
+    try:
+        with open(queries_file, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"gantry tools search: --queries {queries_file}: {exc}", file=sys.stderr)
+        return 1
+    for line in lines:
+        print(json.dumps(index.search(line, top)))
+    return 0
