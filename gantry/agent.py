@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 
@@ -129,6 +129,15 @@ def ordered_results(history: Sequence[Message]) -> list[Message]:
     return out
 
 
+ROUTING_CONTEXT_TURNS = 2  # earlier user messages ranked with the current one
+
+
+def _earlier_user_texts(history: Sequence[Message], count: int) -> list[str]:
+    """The `count` user messages before the newest one, newest first (for tool routing)."""
+    texts = [m.content for m in history if isinstance(m, UserMessage)]
+    return texts[-count - 1 : -1][::-1]
+
+
 @dataclass
 class Agent:
     model: Model
@@ -140,6 +149,7 @@ class Agent:
     max_iterations: int = 20
     memory_block: MemoryBlock = _no_memory
     tool_status: Callable[[], list[str]] | None = None  # one line per MCP server for /status
+    router: Any = None  # gantry.mcp.routing.Router when MCP servers are configured
     status_lines: list[Callable[[str], str]] = field(default_factory=list)  # e.g. cron jobs
     started: float = field(default_factory=time.monotonic)
     # session → (lock, turns holding or waiting for it); dropped at zero, so it stays small
@@ -216,6 +226,7 @@ class Agent:
             f"summary: {summary}\n"
             f"tools: {len(self.tools)}"
             + "".join(f"\nmcp {line}" for line in (self.tool_status() if self.tool_status else []))
+            + (f"\n{self.router.status()}" if self.router is not None else "")
         ) + "".join("\n" + line(session_id) for line in self.status_lines)
 
     # ------------------------------------------------------------------ the turn
@@ -241,7 +252,7 @@ class Agent:
         except Exception:
             log.exception("memory hydration failed; continuing without it")
             memory = ""
-        schemas = self.tools.schemas() or None
+        texts = [text, *_earlier_user_texts(history, ROUTING_CONTEXT_TURNS)]
         new: list[Message] = []
         rounds = resumed or 0
         used: list[str] = []
@@ -261,7 +272,8 @@ class Agent:
                     memory_block=memory,
                     summary=summary,
                 )
-                completion = await self._call(prompt.messages, None if capped else schemas, stream)
+                schemas = None if capped else self._offer(session_id, texts)
+                completion = await self._call(prompt.messages, schemas, stream)
                 if capped or not completion.tool_calls:
                     final = completion.text.strip() or "(the model returned an empty reply)"
                     break
@@ -273,13 +285,17 @@ class Agent:
                 results = await self._run_calls(session_id, completion.tool_calls)
                 history += [asked, *results]
                 used += [c.function.name for c in completion.tool_calls]
+                if self.router is not None:
+                    self.router.used(session_id, [c.function.name for c in completion.tool_calls])
         except ProviderError as exc:
+            self._end_routing(session_id)
             log.error(
                 "model call failed; turn ended",
                 extra={"session": session_id, "status": exc.status, "error": str(exc)},
             )
             await _quiet_discard(stream)
             return model_failed_reply(exc.status)
+        self._end_routing(session_id)
         new.append(AssistantMessage(content=final))
         self.sessions.append(session_id, new)
         log.info(
@@ -294,6 +310,16 @@ class Agent:
         )
         self.request_fold(session_id)  # after the reply, in the background: never delays it
         return final
+
+    def _offer(self, session_id: str, texts: list[str]) -> list[ToolDef] | None:
+        """The tools for the next model call: every one, or the routed few for big catalogs."""
+        if self.router is None:
+            return self.tools.schemas() or None
+        return self.tools.schemas(self.router.offer(session_id, texts).names) or None
+
+    def _end_routing(self, session_id: str) -> None:
+        if self.router is not None:
+            self.router.end_turn(session_id)
 
     async def _run_calls(self, session_id: str, calls: Sequence[ToolCall]) -> list[Message]:
         """Run one message's tool calls concurrently; results come back in the model's order.

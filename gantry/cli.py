@@ -98,13 +98,22 @@ def _parser() -> argparse.ArgumentParser:
                     help="maximum heartbeat age in seconds (default 60)")
     st.add_argument("--data-dir", default=None, metavar="DIR",
                     help="override DATA_DIR (default: $DATA_DIR or /data)")
-    tools = sub.add_parser(
-        "tools",
-        help="tools list: start the MCP manifest's servers and list the tools the model sees",
-    )
-    tools.add_argument("action", choices=["list"])
-    tools.add_argument("--env-file", metavar="PATH",
-                       help="read KEY=VALUE lines from PATH (MCP_MANIFEST, ${VAR} values)")
+    tools = sub.add_parser("tools", help="the MCP tool catalog: list it, or rank it for a query")
+    tools_sub = tools.add_subparsers(dest="action", metavar="{list,search}", required=True)
+    tl = tools_sub.add_parser(
+        "list", help="start the MCP manifest's servers and list the tools the model sees")
+    ts = tools_sub.add_parser(
+        "search", help="which tools a message would be offered, ranked, one name per line")
+    ts.add_argument("query", nargs="?", default="", help="the message to rank the tools for")
+    ts.add_argument("--catalog", metavar="FILE",
+                    help="a JSON list of OpenAI-style function definitions to rank instead of "
+                    "starting the manifest's servers")
+    ts.add_argument("--top", type=int, default=10, metavar="K", help="how many (default 10)")
+    ts.add_argument("--queries", metavar="FILE",
+                    help="one query per line: print one JSON array of ranked names per line")
+    for p_ in (tl, ts):
+        p_.add_argument("--env-file", metavar="PATH",
+                        help="read KEY=VALUE lines from PATH (MCP_MANIFEST, ${VAR} values)")
     ver = sub.add_parser("version", help="print build information")
     ver.add_argument("--json", action="store_true", help="print the same as one JSON object")
     ver.add_argument(
@@ -222,6 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     if command == "version":
         return _version(args)
     if command == "tools":
+        if args.action == "search":
+            from gantry.mcp.listing import search as tools_search
+
+            return tools_search(args.env_file, args.query, args.catalog, args.top, args.queries)
         from gantry.mcp.listing import main as tools_main
 
         return tools_main(args.env_file)

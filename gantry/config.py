@@ -43,6 +43,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     history_max_tokens: int = 128000
     tool_result_max_chars: int = 16000
     tool_max_iterations: int = 20
+    tools_max_per_turn: int = 24
+    tools_always: str = ""
     memory_enabled: bool = True
     memory_backend: str = "builtin"
     memory_consolidate_minutes: int = 30
@@ -53,6 +55,11 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     stream_replies: bool = False
     log_level: str = "info"
     log_format: str = "auto"
+
+    @property
+    def tools_always_list(self) -> tuple[str, ...]:
+        """TOOLS_ALWAYS split: tool names or `server__*` prefixes, always offered."""
+        return tuple(p.strip() for p in self.tools_always.split(",") if p.strip())
 
     @property
     def db_path(self) -> Path:
@@ -66,6 +73,7 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "history_max_tokens": (1_000, 10_000_000),
     "tool_result_max_chars": (100, 10_000_000),
     "tool_max_iterations": (1, 1_000),
+    "tools_max_per_turn": (1, 1_000),
     "memory_consolidate_minutes": (0, 10_080),
     "cron_max_jobs": (1, 10_000),
     "cron_tick_seconds": (1, 3_600),

@@ -159,6 +159,19 @@ def load_mcp(cfg: Config, environ: Mapping[str, str], registry: Any) -> Any:
     return Host(specs, registry, environ)
 
 
+def build_router(cfg: Config, registry: Any, host: Any) -> Any:
+    """Tool routing over the MCP servers' catalog (none without servers: nothing to route)."""
+    if host is None:
+        return None
+    from gantry.mcp.routing import Router, search_tool
+
+    servers = set(host.names())
+    router = Router(registry, lambda t: t.source in servers, cfg.tools_max_per_turn,
+                    cfg.tools_always_list)
+    registry.register(search_tool(router))
+    return router
+
+
 async def start_mcp(host: Any, tg: TaskGroup) -> None:
     from gantry.mcp.host import ServerStartError
 
@@ -197,6 +210,7 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
         max_tokens=cfg.history_max_tokens,
         max_iterations=cfg.tool_max_iterations,
         tool_status=mcp_host.status_lines if mcp_host else None,
+        router=build_router(cfg, registry, mcp_host),
     )
     turns = Turns()
     respond = turns.wrap(agent)

@@ -35,6 +35,8 @@ MEANINGS: dict[str, str] = {
     "history_max_tokens": "prompt budget in estimated tokens (chars/4)",
     "tool_result_max_chars": "each tool result is cut to this many characters",
     "tool_max_iterations": "tool-call rounds per turn before a final answer is forced",
+    "tools_max_per_turn": "above this many tools, each model call is offered the most relevant",
+    "tools_always": "tools always offered: names or server__* prefixes, comma-separated",
     "memory_enabled": "long-term memory on or off",
     "memory_backend": "builtin (SQLite) or mcp:<server-name> from mcp.toml",
     "memory_consolidate_minutes": "memory consolidation interval; 0 = off",

@@ -71,6 +71,7 @@ class Registry:
 
     result_max_chars: int = 16_000
     _tools: dict[str, Tool] = field(default_factory=dict)
+    version: int = 0  # bumped on every change, so indexes over the catalog know to rebuild
 
     def __len__(self) -> int:
         return len(self._tools)
@@ -83,6 +84,12 @@ class Registry:
         tool = self._tools.get(name)
         return tool.source if tool else None
 
+    def tools(self) -> list[Tool]:
+        return [self._tools[n] for n in sorted(self._tools)]
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
     def register(self, tool: Tool) -> None:
         if not NAME_RE.match(tool.name):
             raise ValueError(f"tool name {tool.name!r} is not allowed by OpenAI-compatible APIs")
@@ -92,16 +99,20 @@ class Registry:
                 f"{self._tools[tool.name].source}"
             )
         self._tools[tool.name] = tool
+        self.version += 1
 
     def replace_source(self, source: str, tools: Iterable[Tool]) -> None:
         """Swap every tool of `source` for `tools` (an MCP server restarted or changed)."""
         for name in [n for n, t in self._tools.items() if t.source == source]:
             del self._tools[name]
+        self.version += 1
         for tool in tools:
             self.register(tool)
 
-    def schemas(self) -> list[ToolDef]:
-        return [self._tools[n].schema() for n in sorted(self._tools)]
+    def schemas(self, names: Iterable[str] | None = None) -> list[ToolDef]:
+        """Every tool's schema, or only those of `names` (a routed turn's offer)."""
+        chosen = sorted(self._tools) if names is None else sorted(set(names) & set(self._tools))
+        return [self._tools[n].schema() for n in chosen]
 
     async def call(self, name: str, arguments: str) -> ToolResult:
         """Run one call; every failure becomes an error result the model can read."""

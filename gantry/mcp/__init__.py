@@ -1,4 +1,5 @@
-"""MCP host: the manifest, supervised stdio servers, their tools in the registry.
+"""MCP: the host (the manifest, supervised stdio servers, their tools in the registry) and
+tool routing for big catalogs.
 
 Importing this package is free: `mcp` (the SDK, ~0.7 s and tens of MB) is imported only by
 `gantry.mcp.host` and `gantry.mcp.child`, and only when the manifest lists servers.

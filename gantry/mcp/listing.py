@@ -31,7 +31,12 @@ async def _collect(specs: Any, environ: Mapping[str, str]) -> list[Any]:
     return listed
 
 
-def main(env_file: str | None) -> int:
+class ListingError(Exception):
+    """The manifest or a server failed; `str()` is the one line to print."""
+
+
+def _catalog(env_file: str | None) -> tuple[list[Any], int, str]:
+    """(the tools the manifest's servers list, how many servers, the manifest path)."""
     from gantry import config
     from gantry import log as logsetup
     from gantry.mcp.manifest import DEFAULT_PATH, ManifestError, load
@@ -39,34 +44,63 @@ def main(env_file: str | None) -> int:
     try:
         environ = config.merged_environ(env_file)
     except config.ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 1
+        raise ListingError(str(exc)) from None
     logsetup.setup(environ.get("LOG_LEVEL", "warning").strip().lower() or "warning",
                    [environ.get(k, "") for k in config.SECRETS])
     path = environ.get("MCP_MANIFEST", "").strip() or DEFAULT_PATH
     try:
         specs = load(path, environ)
     except ManifestError as exc:
-        print(f"gantry: {exc}", file=sys.stderr)
-        return 1
+        raise ListingError(f"gantry: {exc}") from None
     if not specs:
+        return [], 0, path
+    from gantry.mcp.host import ServerStartError
+
+    try:
+        return anyio.run(_collect, specs, environ), len(specs), path
+    except ServerStartError as exc:
+        raise ListingError(f"gantry: {exc}") from None
+
+
+def search(env_file: str | None, query: str, catalog: str | None, top: int,
+           queries: str | None) -> int:
+    """`gantry tools search`: rank a catalog file, or the manifest's servers' tools."""
+    from gantry.mcp.routing import CatalogError, ToolDoc, load_catalog, search_main
+
+    if not query and not queries:
+        print("gantry tools search: give a QUERY or --queries FILE", file=sys.stderr)
+        return 2
+    try:
+        if catalog is not None:
+            docs = load_catalog(catalog)
+        else:
+            listed, _servers, _path = _catalog(env_file)
+            docs = [ToolDoc(t.exposed, t.description, t.schema) for t in listed]
+    except (CatalogError, ListingError) as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    return search_main(docs, query, queries, max(1, top))
+
+
+def main(env_file: str | None) -> int:
+    try:
+        listed, servers, path = _catalog(env_file)
+    except ListingError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    if not servers:
         print(f"0 tools (no MCP servers in {path})")
         return 0
     from gantry.mcp.convert import first_line
-    from gantry.mcp.host import ServerStartError, schema_tokens
+    from gantry.mcp.host import schema_tokens
 
-    try:
-        listed = anyio.run(_collect, specs, environ)
-    except ServerStartError as exc:
-        print(f"gantry: {exc}", file=sys.stderr)
-        return 1
     width = max((len(t.exposed) for t in listed), default=0)
     total = 0
     for tool in sorted(listed, key=lambda t: t.exposed):
         tokens = schema_tokens(tool)
         total += tokens
         print(f"{tool.exposed:<{width}}  ~{tokens:>5} tokens  {first_line(tool.description)}")
-    print(f"{len(listed)} tools from {len(specs)} servers, ~{total} tokens of schemas per "
+    print(f"{len(listed)} tools from {servers} servers, ~{total} tokens of schemas per "
           "request (est.)")
     sys.stdout.flush()
     return 0
