@@ -86,6 +86,7 @@ class Agent:
     max_tokens: int = 128_000
     max_iterations: int = 20
     memory_block: MemoryBlock = _no_memory
+    status_lines: list[Callable[[], str]] = field(default_factory=list)  # e.g. memory counts
     started: float = field(default_factory=time.monotonic)
     _locks: dict[str, anyio.Lock] = field(default_factory=dict)
     _inflight: int = 0
@@ -129,13 +130,19 @@ class Agent:
         n, chars = self.sessions.stats(session_id)
         up = int(time.monotonic() - self.started)
         summary = "yes" if self.sessions.summary(session_id) else "no"
-        return (
-            f"gantry {__version__} · up {up // 3600}h {up % 3600 // 60}m {up % 60}s\n"
-            f"model: {self.model.model}\n"
-            f"history: {n} messages, ~{est_tokens(chars)} tokens (est.)\n"
-            f"summary: {summary}\n"
-            f"tools: {len(self.tools)}"
-        )
+        lines = [
+            f"gantry {__version__} · up {up // 3600}h {up % 3600 // 60}m {up % 60}s",
+            f"model: {self.model.model}",
+            f"history: {n} messages, ~{est_tokens(chars)} tokens (est.)",
+            f"summary: {summary}",
+            f"tools: {len(self.tools)}",
+        ]
+        for line in self.status_lines:
+            try:
+                lines.append(line())
+            except Exception:
+                log.exception("a /status line failed")
+        return "\n".join(lines)
 
     # ------------------------------------------------------------------ the turn
 

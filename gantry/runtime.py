@@ -160,6 +160,7 @@ async def serve(cfg: Config) -> None:
     channel = build_channel(cfg, conn, tls)
     provider = Provider(cfg.llm_base_url, cfg.llm_api_key, cfg.llm_model, verify=tls)
     registry = Registry(result_max_chars=cfg.tool_result_max_chars)
+    memory = await _memory(cfg, conn, registry, provider, persona)
     agent = Agent(
         model=provider,
         sessions=SessionStore(conn),
@@ -168,7 +169,10 @@ async def serve(cfg: Config) -> None:
         max_messages=cfg.history_max_messages,
         max_tokens=cfg.history_max_tokens,
         max_iterations=cfg.tool_max_iterations,
+        status_lines=memory.status_lines,
     )
+    if memory.memory_block is not None:
+        agent.memory_block = memory.memory_block
     turns = Turns()
     respond = turns.wrap(agent)
     log.info(
@@ -184,6 +188,8 @@ async def serve(cfg: Config) -> None:
         async with anyio.create_task_group() as tg:
             receive = anyio.CancelScope()
             tg.start_soon(_heartbeat, conn)
+            for task in memory.tasks:
+                tg.start_soon(task)
             tg.start_soon(_signals, tg, receive, agent, turns, persona)
             with receive:
                 await channel.serve(respond, ready)
@@ -197,6 +203,16 @@ async def serve(cfg: Config) -> None:
             await provider.aclose()
         conn.close()
         log.info("gantry stopped")
+
+
+async def _memory(cfg: Config, conn: Any, registry: Any, model: Any, persona: Any) -> Any:
+    """Memory tools, hydration and consolidation (gantry.memory.wiring); a bad backend stops boot."""
+    from gantry.memory.wiring import build
+
+    try:
+        return await build(cfg, conn, registry, model, persona)
+    except ValueError as exc:
+        raise BootError(str(exc)) from None
 
 
 def _boot_failed(exc: BaseException) -> int:
