@@ -1,4 +1,4 @@
-"""Command line: `gantry run | status | version`.
+"""Command line: `gantry run | status | version | mcp-memory | memory`.
 
 Each command imports only what it needs: `status` is the container healthcheck and runs
 every few seconds, so it must not pay for aiogram, mcp or httpx.
@@ -80,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
         description="One persona, one model, MCP tools, one SQLite file.",
         epilog="Configuration is environment variables; see docs/configuration.md.",
     )
-    sub = p.add_subparsers(dest="command", metavar="{run,status,version}")
+    sub = p.add_subparsers(dest="command", metavar="{run,status,version,mcp-memory,memory}")
     run = sub.add_parser("run", help="run the agent daemon (the default command)")
     run.add_argument(
         "--env-file",
@@ -105,6 +105,9 @@ def _parser() -> argparse.ArgumentParser:
         help="diagnostic: import these comma-separated modules (e.g. aiogram,mcp) in order and "
         "report each one's import time in ms; measures the frozen binary's start-up costs",
     )
+    from gantry.memory.cli import add_parsers as memory_parsers
+
+    memory_parsers(sub)
     return p
 
 
@@ -168,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         return _status(args)
     if command == "version":
         return _version(args)
+    if command in ("mcp-memory", "memory"):
+        from gantry.memory.cli import main as memory_main
+
+        return memory_main(args)
     from gantry.runtime import main as run_main
 
     return run_main(getattr(args, "env_file", None))
