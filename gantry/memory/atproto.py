@@ -106,12 +106,22 @@ def core_record(did: str, handle: str, text: str, created_at: str) -> dict[str, 
     }
 
 
+def row_tid(row: Row) -> int:
+    """A row's stable TID value: its creation time, with the row id as the clock id."""
+    return (micros_of(row.created_at) & ((1 << 53) - 1)) << 10 | (int(row.id) & 1023)
+
+
 def records(rows: Sequence[Row], did: str) -> list[tuple[str, dict[str, Any]]]:
-    """(tid, record) for each row, TIDs from creation times, unique and increasing."""
-    return [
-        (tid := next_tid(micros_of(r.created_at)), memory_record(did, tid, r.line(), r.created_at))
-        for r in rows
-    ]
+    """(tid, record) per row: stable TIDs (the same on every read), unique within the set."""
+    out, seen = [], set()
+    for r in rows:
+        value = row_tid(r)
+        while value in seen:
+            value += 1
+        seen.add(value)
+        tid = encode_tid(value)
+        out.append((tid, memory_record(did, tid, r.line(), r.created_at)))
+    return out
 
 
 def record_text(record: Any) -> tuple[str, str | None]:
