@@ -43,7 +43,6 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     memory_enabled: bool = True
     memory_backend: str = "builtin"
     memory_consolidate_minutes: int = 30
-    memory_episode_ttl_days: int = 30
     cron_enabled: bool = True
     cron_tz: str = "UTC"
     cron_max_jobs: int = 50
@@ -64,7 +63,6 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "tool_result_max_chars": (100, 10_000_000),
     "tool_max_iterations": (1, 1_000),
     "memory_consolidate_minutes": (0, 10_080),
-    "memory_episode_ttl_days": (0, 36_500),
     "cron_max_jobs": (1, 10_000),
     "cron_tick_seconds": (1, 3_600),
 }

@@ -90,6 +90,8 @@ def _memory(args: Any, data_dir: str) -> int:
               file=sys.stderr)
         return 1
     try:
+        if args.memory_command == "import":
+            db.ensure_data_dir(data_dir)
         conn = db.connect(path)
     except db.DatabaseError as exc:
         print(f"gantry memory: {exc}", file=sys.stderr)

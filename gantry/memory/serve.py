@@ -151,8 +151,7 @@ async def serve_stdio(service: MemoryService) -> None:
 
 
 def main(
-    data_dir: str, persona_dir: str, did: str = "self", max_records: int = DEFAULT_MAX_RECORDS,
-    ttl_days: int = 30,
+    data_dir: str, persona_dir: str, did: str = "self", max_records: int = DEFAULT_MAX_RECORDS
 ) -> int:
     """Entry of `gantry mcp-memory`; returns the exit code."""
     import os
@@ -174,7 +173,7 @@ def main(
     except PersonaError as exc:
         print(f"gantry mcp-memory: {exc}; serving without core", file=sys.stderr)
         core = ""
-    store = MemoryStore(conn, ttl_days={"episode": ttl_days})
+    store = MemoryStore(conn)
     service = MemoryService(store, core, did=did, max_records=max_records)
     try:
         anyio.run(serve_stdio, service)

@@ -24,6 +24,7 @@ RECALL_MAX = 10
 FORGET_MAX = 5
 QUERY_TERMS = 16
 CANDIDATES = 200  # FTS hits re-ranked by recency; bounds recall's cost on a common word
+TTL_DAYS = {"episode": 30}  # per kind; kinds not listed never expire (spec §7.1)
 RECENCY_DAYS = 30.0  # a row this old weighs half as much as a fresh one with the same BM25
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 _WORD = re.compile(r"\w+")
@@ -188,7 +189,7 @@ class MemoryStore:
         clock: Any = time.time,
     ) -> None:
         self.conn = conn
-        self.ttl_days = dict({"episode": 30} if ttl_days is None else ttl_days)
+        self.ttl_days = dict(TTL_DAYS if ttl_days is None else ttl_days)
         self.clock = clock
 
     def now(self) -> str:

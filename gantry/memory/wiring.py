@@ -64,7 +64,7 @@ async def build(
 
     parts = MemoryParts()
     if cfg.memory_backend == "builtin":
-        store = MemoryStore(conn, ttl_days={"episode": cfg.memory_episode_ttl_days})
+        store = MemoryStore(conn)
         purged = store.purge_expired()
         if purged:
             log.info("expired memories purged", extra={"rows": purged})
