@@ -7,6 +7,7 @@ formatting) are separate functions so they can be property-tested.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,7 +24,8 @@ HYDRATE_HITS = 10
 RECALL_MAX = 10
 FORGET_MAX = 5
 QUERY_TERMS = 16
-CANDIDATES = 200  # FTS hits re-ranked by recency; bounds recall's cost on a common word
+CANDIDATES = 200  # rows an all-words (forget) match considers, newest first
+PER_TERM = 64  # newest matches read per query word: bounds recall's cost on a common word
 TTL_DAYS = {"episode": 30}  # per kind; kinds not listed never expire (spec §7.1)
 RECENCY_DAYS = 30.0  # a row this old weighs half as much as a fresh one with the same BM25
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
@@ -158,17 +160,34 @@ def render_hits(rows: Sequence[Row]) -> str:
 
 
 def rank(rows: Iterable[tuple[Row, float]], now: float, limit: int) -> list[Row]:
-    """Order FTS hits by BM25 weighted by recency (BM25 scores are negative: lower = better)."""
+    """Order hits by relevance (higher = better) weighted by recency of the last update."""
 
-    def score(item: tuple[Row, float]) -> float:
-        row, bm25 = item
+    def score(item: tuple[Row, float]) -> tuple[float, int]:
+        row, relevance = item
         try:
             age = max(0.0, now - parse_time(row.updated_at).timestamp()) / 86_400
         except ValueError:
             age = 0.0
-        return -bm25 / (1.0 + age / RECENCY_DAYS)
+        return relevance / (1.0 + age / RECENCY_DAYS), int(row.id) if row.id.isdecimal() else 0
 
     return [r for r, _ in sorted(rows, key=score, reverse=True)[:limit]]
+
+
+def idf(df: float, total: float) -> float:
+    """BM25's inverse document frequency (the +1 form: never negative)."""
+    return math.log(1.0 + (total - df + 0.5) / (df + 0.5))
+
+
+def estimate_df(found: Sequence[int], top: int, per_term: int) -> float:
+    """Rows containing a term, from its newest `found` rowids (descending).
+
+    Fewer than `per_term` found means that is all of them; otherwise the density of the
+    newest matches over their rowid span is extrapolated to the whole table.
+    """
+    if len(found) < per_term:
+        return float(len(found))
+    span = max(1, top - found[-1] + 1)
+    return min(float(top), len(found) * top / span)
 
 
 # ---------------------------------------------------------------------- the store
@@ -306,27 +325,56 @@ class MemoryStore:
     def search(
         self, query: str, limit: int = RECALL_MAX, mode: str = "or", active: bool = True
     ) -> list[Row]:
-        """Rows matching the words of `query`, best first (BM25 × recency)."""
-        match = fts_query(query, mode)
-        if match is None or limit <= 0:
+        """Rows matching the words of `query`, best first (IDF-weighted matches × recency).
+
+        FTS5's bm25() counts every match of every term to get its IDF, which costs O(matches)
+        per query (hundreds of ms at 100k rows for a common word). Here each term reads only
+        its newest PER_TERM matches (FTS5 walks a doclist in rowid order and stops at the
+        LIMIT), and the IDF comes from those: exact for rare terms, estimated for common ones.
+        mode="and" keeps only rows containing every word (used by forget).
+        """
+        words = terms(query)
+        if not words or limit <= 0:
+            return []
+        top = int(self.conn.execute("SELECT coalesce(max(id), 0) FROM memory").fetchone()[0])
+        scores: dict[int, float] = {}
+        if mode == "and":
+            for (rid,) in self.conn.execute(
+                "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? "
+                "ORDER BY rowid DESC LIMIT ?",
+                (fts_query(query, "and"), CANDIDATES),
+            ):
+                scores[int(rid)] = 1.0
+        else:
+            for word in words:
+                found = [
+                    int(r[0])
+                    for r in self.conn.execute(
+                        "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? "
+                        "ORDER BY rowid DESC LIMIT ?",
+                        ('"' + word.replace('"', '""') + '"', PER_TERM),
+                    )
+                ]
+                weight = idf(estimate_df(found, top, PER_TERM), max(top, 1))
+                for rid in found:
+                    scores[rid] = scores.get(rid, 0.0) + weight
+        best = sorted(scores, key=lambda r: (scores[r], r), reverse=True)[: max(50, limit * 5)]
+        if not best:
             return []
         where = (
-            "AND m.superseded_by IS NULL AND (m.expires_at IS NULL OR m.expires_at > ?)"
+            "AND superseded_by IS NULL AND (expires_at IS NULL OR expires_at > ?)"
             if active
             else ""
         )
-        params: tuple[Any, ...] = (match, self.now(), CANDIDATES) if active else (
-            match, CANDIDATES)
-        found = [
-            (_row(v[:10]), float(v[10]))
+        params: list[Any] = [*best, self.now()] if active else list(best)
+        rows = [
+            _row(v)
             for v in self.conn.execute(
-                f"SELECT m.{COLUMNS.replace(', ', ', m.')}, bm25(memory_fts, 2.0, 1.0) AS score "
-                "FROM memory_fts JOIN memory m ON m.id = memory_fts.rowid "
-                f"WHERE memory_fts MATCH ? {where} ORDER BY score LIMIT ?",
+                f"SELECT {COLUMNS} FROM memory WHERE id IN ({','.join('?' * len(best))}) {where}",
                 params,
             )
         ]
-        return rank(found, self.clock(), limit)
+        return rank(((r, scores[int(r.id)]) for r in rows), self.clock(), limit)
 
     def durable(self, limit: int = HYDRATE_MAX) -> list[Row]:
         """Active facts, preferences and people, most recently updated first."""

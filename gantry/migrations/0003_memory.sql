@@ -20,7 +20,7 @@ CREATE TABLE memory (
 -- Durable rows newest first (hydration), exact-duplicate lookup, pending episodes.
 CREATE INDEX memory_durable ON memory (updated_at)
   WHERE superseded_by IS NULL AND kind IN ('fact', 'preference', 'person');
-CREATE INDEX memory_exact ON memory (kind, subject, content);
+CREATE INDEX memory_exact ON memory (content, kind);
 CREATE INDEX memory_pending ON memory (id)
   WHERE kind = 'episode' AND consolidation IS NULL;
 CREATE INDEX memory_superseded ON memory (superseded_by) WHERE superseded_by IS NOT NULL;
