@@ -206,7 +206,7 @@ async def serve(cfg: Config) -> None:
 
 
 async def _memory(cfg: Config, conn: Any, registry: Any, model: Any, persona: Any) -> Any:
-    """Memory tools, hydration and consolidation (gantry.memory.wiring); a bad backend stops boot."""
+    """Memory tools, hydration and consolidation (gantry.memory.wiring); bad backend = no boot."""
     from gantry.memory.wiring import build
 
     try:

@@ -53,7 +53,9 @@ def test_tid_time_matches_atproto_layout() -> None:
         decode_tid("0000000000000")  # '0' is not in the alphabet
 
 
-def test_export_writes_aigpt_layout_and_import_round_trips(store: MemoryStore, tmp_path: Path) -> None:
+def test_export_writes_aigpt_layout_and_import_round_trips(
+    store: MemoryStore, tmp_path: Path
+) -> None:
     store.add("person", "mom", "prefers calls over texts", created_at="2026-03-01T12:00:00Z")
     store.add("fact", "", "syuiはRustを好む", created_at="2026-03-01T12:00:00.000001Z")
     store.add("episode", "gym", "sent the blue route")

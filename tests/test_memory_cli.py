@@ -33,7 +33,8 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 def test_list_kind_and_all(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "memory", "list", "--data-dir", str(data))
-    assert code == 0 and out.splitlines()[0].startswith("#3 (fact) chris: lives in Berlin, Kreuzberg")
+    assert code == 0
+    assert out.splitlines()[0].startswith("#3 (fact) chris: lives in Berlin, Kreuzberg")
     assert "#2" not in out
     _, out, _ = run(capsys, "memory", "list", "--all", "--kind", "fact", "--data-dir", str(data))
     assert "#2 (fact) chris: lives in Berlin · chat" in out and "superseded by #3" in out
@@ -74,7 +75,9 @@ def test_export_import(data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
     assert code == 1 and "check DIR and --did" in err
 
 
-def test_missing_database_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_database_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, _, err = run(capsys, "memory", "list", "--data-dir", str(tmp_path / "nope"))
     assert code == 1 and "no database at" in err and "DATA_DIR" in err
 

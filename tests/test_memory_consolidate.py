@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -34,7 +35,9 @@ async def fake() -> AsyncIterator[FakeOpenAI]:
 
 
 @pytest.fixture
-async def parts(fake: FakeOpenAI, tmp_path: Path) -> AsyncIterator[tuple[MemoryStore, Consolidator]]:
+async def parts(
+    fake: FakeOpenAI, tmp_path: Path
+) -> AsyncIterator[tuple[MemoryStore, Consolidator]]:
     async def no_sleep(_: float) -> None:
         return None
 
@@ -85,12 +88,13 @@ async def test_contradiction_is_flagged_not_stored(
     store, c = parts
     ep, _ = store.add("episode", "dinner", "chris ordered a steak")
     fake.push(plan(contradictions=[{"statement": "chris eats meat",
-                                    "persona_says": "Chris is vegetarian", "source_ids": [int(ep.id)]}]))
+                                    "persona_says": "Chris is vegetarian",
+                                    "source_ids": [int(ep.id)]}]))
     out = await c.run_once()
     assert out.status == "done" and out.created == () and len(out.flagged) == 1
     assert store.flags()[0][1:4] == ("chris eats meat", "Chris is vegetarian", f"[{ep.id}]")
     assert store.search("meat") == []  # nothing durable was written
-    assert store.list() == [ep]
+    assert store.rows() == [ep]
 
 
 async def test_garbage_is_retried_then_quarantined(
@@ -104,8 +108,8 @@ async def test_garbage_is_retried_then_quarantined(
     assert out.status == "quarantined" and len(fake.requests) == 3
     q = list(store.conn.execute("SELECT memory_ids, error, output FROM memory_quarantine"))
     assert json.loads(q[0][0]) == [int(ep.id)] and "':'" in q[0][1] and "a:b" in q[0][2]
-    assert store.conn.execute(
-        "SELECT consolidation FROM memory WHERE id = ?", (int(ep.id),)).fetchone()[0] == "quarantined"
+    state = store.conn.execute("SELECT consolidation FROM memory WHERE id = ?", (int(ep.id),))
+    assert state.fetchone()[0] == "quarantined"
     assert (await c.run_once()).status == "idle"  # quarantined work is never retried
 
 
@@ -137,8 +141,9 @@ async def test_session_summaries_are_read_once(
     fake: FakeOpenAI, parts: tuple[MemoryStore, Consolidator]
 ) -> None:
     store, c = parts
-    store.conn.execute("INSERT INTO session_summary VALUES ('s1', 'Chris plans a trip to Oslo', 5.0)")
-    fake.push(plan(memories=[{"kind": "fact", "subject": "chris", "content": "plans a trip to Oslo"}]))
+    store.conn.execute("INSERT INTO session_summary VALUES ('s1', 'Chris plans a trip to Oslo', 5)")
+    fake.push(plan(memories=[{"kind": "fact", "subject": "chris",
+                              "content": "plans a trip to Oslo"}]))
     assert (await c.run_once()).status == "done"
     assert "trip to Oslo" in fake.last_request.messages[1]["content"]
     assert (await c.run_once()).status == "idle"
@@ -184,10 +189,8 @@ def test_build_prompt_lists_everything() -> None:
 
 @given(st.text(max_size=200))
 def test_parse_plan_raises_only_invalid_output(text: str) -> None:
-    try:
+    with contextlib.suppress(InvalidOutput):
         parse_plan(text)
-    except InvalidOutput:
-        pass
 
 
 def test_echo_default_is_invalid() -> None:

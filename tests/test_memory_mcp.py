@@ -97,7 +97,7 @@ async def test_shape_a_against_gantry_mcp_memory(
     await mem.store("episode", "gym", "sent the blue route")
     hits = await mem.recall("mom texts")
     assert [(h.id, h.line()) for h in hits] == [("1", "(person) mom: prefers calls over texts")]
-    assert [r.subject for r in await mem.hydrate("the blue route")][0] == "gym"
+    assert next(r.subject for r in await mem.hydrate("the blue route")) == "gym"
     with pytest.raises(MemoryInputError, match="kind must be one of"):
         await mem.store("mood", "x", "y")
     deleted, more = await mem.forget("1", None)
@@ -105,7 +105,7 @@ async def test_shape_a_against_gantry_mcp_memory(
     assert await mem.recall("mom") == []
     # the same rows are in the child's SQLite file
     store = MemoryStore(db.connect(dirs[0] / "gantry.db"))
-    assert [r.line() for r in store.list()] == ["(episode) gym: sent the blue route"]
+    assert [r.line() for r in store.rows()] == ["(episode) gym: sent the blue route"]
 
 
 async def test_tools_over_the_mcp_backend(
@@ -162,18 +162,18 @@ async def test_shape_b_against_an_aigpt_lookalike(
 
     result = import_dir(store, tmp_path / "aigpt", did)
     assert result.added == 2 and not result.skipped
-    assert sorted(r.line() for r in store.list()) == [
+    assert sorted(r.line() for r in store.rows()) == [
         "(fact) : syuiはRustを好む", "(preference) chris: drinks sencha"]
 
 
 async def shape_b_contract(mem: AigptMemory) -> None:
-    row, new = await mem.store("preference", "chris", "drinks sencha")
+    _row, new = await mem.store("preference", "chris", "drinks sencha")
     assert new
     assert (await mem.store("preference", "chris", "drinks sencha"))[1] is False
     await mem.store("episode", "gym", "sent the blue route")
     await mem.port.call("save_memory", {"content": "syuiはRustを好む"})  # a plain aigpt line
     hits = await mem.recall("what does chris drink? sencha")
-    assert [h.line() for h in hits][0] == "(preference) chris: drinks sencha"
+    assert next(h.line() for h in hits) == "(preference) chris: drinks sencha"
     assert len(hits[0].id) == 13  # the record's TID
     block = [r.line() for r in await mem.hydrate("blue route")]
     assert block[0] == "(episode) gym: sent the blue route" and len(block) == 3
@@ -203,7 +203,7 @@ async def test_missing_server_or_host_fails_clearly() -> None:
         def names(self) -> list[str]:
             return ["time"]
 
-    with pytest.raises(BackendError, match="no MCP server named 'mem' .*servers: time"):
+    with pytest.raises(BackendError, match=r"no MCP server named 'mem' .*servers: time"):
         await connect_backend(Host(), "mem")
     with pytest.raises(BackendError, match=r"add \[servers.mem\] to MCP_MANIFEST"):
         await connect_backend(None, "mem")

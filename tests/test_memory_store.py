@@ -91,7 +91,7 @@ def test_episode_ttl_expires_and_facts_do_not(store: MemoryStore, clock: Clock) 
     clock.t += 31 * 86_400
     assert [r.id for r in store.search("gym")] == [fact.id]
     assert store.counts()["inactive"] == 1 and store.counts()["episode"] == 0
-    assert [r.id for r in store.list(include_inactive=True)] == [fact.id, ep.id]
+    assert [r.id for r in store.rows(include_inactive=True)] == [fact.id, ep.id]
     clock.t += 30 * 86_400
     assert store.purge_expired() == 1 and store.get(int(ep.id)) is None
 
@@ -117,7 +117,7 @@ def test_superseded_rows_are_inactive_and_delete_takes_the_chain(store: MemorySt
     assert store.get(int(a.id)).superseded_by == int(b.id)  # type: ignore[union-attr]
     deleted = store.delete(int(b.id))
     assert {r.id for r in deleted} == {a.id, b.id}
-    assert store.search("berlin") == [] and store.list(include_inactive=True) == []
+    assert store.search("berlin") == [] and store.rows(include_inactive=True) == []
 
 
 def test_fts_index_follows_update_and_delete(store: MemoryStore, conn: Any) -> None:
@@ -167,7 +167,8 @@ NASTY = st.text(
 ) | st.text(max_size=60)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=400, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(query=NASTY)
 def test_any_text_is_a_safe_query(store: MemoryStore, conn: Any, query: str) -> None:
     """Recall, forget-by-query and hydration never raise on arbitrary text."""

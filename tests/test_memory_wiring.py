@@ -67,7 +67,7 @@ async def setup(
 
 
 async def test_store_then_recall_across_new(fake: FakeOpenAI, setup: Any) -> None:
-    agent, parts, registry = await setup()
+    agent, _parts, registry = await setup()
     assert registry.names() == ["memory_forget", "memory_recall", "memory_store"]
     fake.push(
         ToolCalls([Call("memory_store", {"kind": "person", "subject": "mom",
@@ -75,7 +75,7 @@ async def test_store_then_recall_across_new(fake: FakeOpenAI, setup: Any) -> Non
         Reply("noted"),
     )
     assert await agent(msg("remember: mom prefers calls")) == "noted"
-    tool_msg = [m for m in fake.last_request.messages if m["role"] == "tool"][0]
+    tool_msg = next(m for m in fake.last_request.messages if m["role"] == "tool")
     assert tool_msg["content"] == "stored #1: (person) mom: prefers calls over texts"
     await agent(msg("/new"))
     fake.push(ToolCalls([Call("memory_recall", {"query": "mom texts"}, id="c2")]), Reply("calls"))
@@ -85,7 +85,7 @@ async def test_store_then_recall_across_new(fake: FakeOpenAI, setup: Any) -> Non
     assert "[memory]\n- (person) mom: prefers calls over texts" in system
     assert PRECEDENCE in system
     assert [m["role"] for m in first] == ["system", "user"]  # /new wiped history, not memory
-    recalled = [m for m in fake.last_request.messages if m["role"] == "tool"][0]["content"]
+    recalled = next(m for m in fake.last_request.messages if m["role"] == "tool")["content"]
     assert recalled.startswith("#1 (person) mom: prefers calls over texts (")
     status = await agent(msg("/status"))
     assert "memory (builtin): 0 fact, 0 preference, 1 person" in status

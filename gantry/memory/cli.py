@@ -100,7 +100,7 @@ def _memory(args: Any, data_dir: str) -> int:
         store = MemoryStore(conn)
         cmd = args.memory_command
         if cmd == "list":
-            rows = store.list(args.kind, args.all, args.limit)
+            rows = store.rows(args.kind, args.all, args.limit)
             for r in rows:
                 state = "" if not args.all else _state(r, store.now())
                 print(f"#{r.id} {r.line()} · {r.source} · {r.created_at[:19]}Z{state}")

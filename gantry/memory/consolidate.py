@@ -38,8 +38,9 @@ OUTPUT_KEEP = 4_000
 DURABLE_KINDS = ("fact", "preference", "person", "insight")
 STATE_SUMMARIES = "summaries_through"
 
-INSTRUCTIONS = """You consolidate an assistant's long-term memory. You get the persona (authoritative), \
-the existing memories with ids, new episode notes with ids and recent conversation summaries.
+INSTRUCTIONS = """You consolidate an assistant's long-term memory. You get the persona \
+(authoritative), the existing memories with ids, new episode notes with ids and recent \
+conversation summaries.
 Reply with ONE JSON object and nothing else:
 {"memories": [{"kind": "fact|preference|person|insight", "subject": "short name", \
 "content": "one atomic statement", "confidence": 0.0-1.0, "supersedes": [ids]}],

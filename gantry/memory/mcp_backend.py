@@ -33,7 +33,10 @@ from gantry.memory.store import (
 
 SHAPE_TOOLS = ("memory_store", "memory_recall", "memory_forget")
 SHAPE_AIGPT = ("save_memory", "read_memory", "compress")
-_HIT = re.compile(r"#(\S+) \((fact|preference|person|episode|insight)\) ([^:\n]*): (.*?)(?: \((\d{4}-\d\d-\d\d)\))?\Z")
+_HIT = re.compile(
+    r"#(\S+) \((fact|preference|person|episode|insight)\) ([^:\n]*): (.*?)"
+    r"(?: \((\d{4}-\d\d-\d\d)\))?\Z"
+)
 _STORED = re.compile(r"(stored|already stored as) #(\S+?):")
 
 

@@ -134,7 +134,7 @@ def _server(service: MemoryService) -> Any:
 
     async def call_tool(ctx: Any, params: Any) -> Any:
         text, error = await service.call(params.name, dict(params.arguments or {}))
-        return CallToolResult(content=[TextContent(type="text", text=text)], isError=error)
+        return CallToolResult(content=[TextContent(type="text", text=text)], is_error=error)
 
     return Server(
         "gantry-memory", version=__version__, instructions=service.instructions(),

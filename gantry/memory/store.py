@@ -400,7 +400,7 @@ class MemoryStore:
                     break
         return list(out.values())
 
-    def list(
+    def rows(
         self, kind: str | None = None, include_inactive: bool = False, limit: int = 100
     ) -> list[Row]:
         """Rows for the inspection CLI, newest first."""
@@ -499,7 +499,9 @@ class BuiltinMemory:
             try:
                 rid = int(row_id.lstrip("#"))
             except ValueError:
-                raise MemoryInputError(f"id must be a number like 12, not {row_id[:20]!r}") from None
+                raise MemoryInputError(
+                    f"id must be a number like 12, not {row_id[:20]!r}"
+                ) from None
             return self.db.delete(rid), 0
         return self.db.forget(query or "")
 

@@ -1,4 +1,4 @@
-"""A stdio MCP server that behaves like aigpt (seed 001): run as `python -m tests.fakes.aigpt DIR DID`.
+"""A stdio MCP server that behaves like aigpt (seed 001): `python -m tests.fakes.aigpt DIR DID`.
 
 Like aigpt it is a bare line-by-line JSON-RPC loop: it answers protocol 2024-11-05 whatever
 the client asks for, answers *every* message including notifications (with a "Method not
