@@ -160,7 +160,6 @@ async def serve(cfg: Config) -> None:
     channel = build_channel(cfg, conn, tls)
     provider = Provider(cfg.llm_base_url, cfg.llm_api_key, cfg.llm_model, verify=tls)
     registry = Registry(result_max_chars=cfg.tool_result_max_chars)
-    memory = await _memory(cfg, conn, registry, provider, persona)
     agent = Agent(
         model=provider,
         sessions=SessionStore(conn),
@@ -169,10 +168,7 @@ async def serve(cfg: Config) -> None:
         max_messages=cfg.history_max_messages,
         max_tokens=cfg.history_max_tokens,
         max_iterations=cfg.tool_max_iterations,
-        status_lines=memory.status_lines,
     )
-    if memory.memory_block is not None:
-        agent.memory_block = memory.memory_block
     turns = Turns()
     respond = turns.wrap(agent)
     log.info(
@@ -188,8 +184,7 @@ async def serve(cfg: Config) -> None:
         async with anyio.create_task_group() as tg:
             receive = anyio.CancelScope()
             tg.start_soon(_heartbeat, conn)
-            for task in memory.tasks:
-                tg.start_soon(task)
+            await _memory(cfg, conn, tg, agent, provider, persona)  # after MCP: it may use it
             tg.start_soon(_signals, tg, receive, agent, turns, persona)
             with receive:
                 await channel.serve(respond, ready)
@@ -205,14 +200,21 @@ async def serve(cfg: Config) -> None:
         log.info("gantry stopped")
 
 
-async def _memory(cfg: Config, conn: Any, registry: Any, model: Any, persona: Any) -> Any:
-    """Memory tools, hydration and consolidation (gantry.memory.wiring); bad backend = no boot."""
+async def _memory(
+    cfg: Config, conn: Any, tg: TaskGroup, agent: Any, model: Any, persona: Any, host: Any = None
+) -> None:
+    """Plug memory (gantry.memory.wiring) into the agent and `tg`; a bad backend stops boot."""
     from gantry.memory.wiring import build
 
     try:
-        return await build(cfg, conn, registry, model, persona)
+        parts = await build(cfg, conn, agent.tools, model, persona, host)
     except ValueError as exc:
         raise BootError(str(exc)) from None
+    if parts.memory_block is not None:
+        agent.memory_block = parts.memory_block
+    agent.status_lines.extend(parts.status_lines)
+    for task in parts.tasks:
+        tg.start_soon(task)
 
 
 def _boot_failed(exc: BaseException) -> int:

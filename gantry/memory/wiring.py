@@ -7,7 +7,7 @@ back what to plug into the agent and which background tasks to start.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,7 @@ class MemoryParts:
     memory: Memory | None = None
     memory_block: Callable[[str, str], Awaitable[str]] | None = None
     status_lines: list[Callable[[], str]] = field(default_factory=list)
-    tasks: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    tasks: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
 
 
 def hydrator(memory: Memory, limit: int = HYDRATE_MAX) -> Callable[[str, str], Awaitable[str]]:
