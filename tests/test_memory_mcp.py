@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gantry import db
 from gantry.memory.mcp_backend import (
@@ -225,3 +227,14 @@ def test_rank_local_prefers_more_words_then_newer() -> None:
     assert [r.id for r in rank_local(rows, "green tea", 5)] == ["2", "3", "1"]
     assert [r.id for r in rank_local(rows, "green tea", 5, every=True)] == ["2"]
     assert rank_local(rows, "*** ()", 5) == []
+
+
+@given(st.text(max_size=120))
+def test_aigpt_parsing_and_ranking_never_crash(text: str) -> None:
+    """Whatever a server returns and whatever the user asks: rows or a clear error."""
+    try:
+        rows = parse_records(text)
+    except MemoryInputError:
+        rows = []
+    rank_local([*rows, Row("1", "fact", "", "tea")], text, 5)
+    rank_local(rows, text, 5, every=True)
