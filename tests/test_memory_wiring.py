@@ -142,3 +142,8 @@ async def test_consolidation_task_only_when_enabled(setup: Any) -> None:
     _, on, _ = await setup()
     _, off, _ = await setup(MEMORY_CONSOLIDATE_MINUTES="0")
     assert len(on.tasks) == 1 and off.tasks == []
+
+
+async def test_mcp_backend_without_its_server_stops_boot(setup: Any) -> None:
+    with pytest.raises(ValueError, match=r"MEMORY_BACKEND=mcp:mem needs MCP servers.*builtin"):
+        await setup(MEMORY_BACKEND="mcp:mem")
