@@ -233,26 +233,30 @@ class MemoryStore:
     ) -> tuple[Row, bool]:
         """Store one statement; (row, True) if new, (existing row, False) for an exact duplicate."""
         kind, subject, content = validate(kind, subject, content)
-        existing = self.find_exact(kind, subject, content)
+        now = self.now()
+        existing = self.find_exact(kind, subject, content, now)
         if existing is not None:
             return existing, False
-        created = normalize_time(created_at) if created_at else self.now()
+        created = normalize_time(created_at) if created_at else now
+        confidence = max(0.0, min(1.0, confidence))
+        expires = self.expiry(kind, created)
         self.conn.execute(
             "INSERT INTO memory (kind, subject, content, source, confidence, created_at, "
             "updated_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (kind, subject, content, source, max(0.0, min(1.0, confidence)), created, created,
-             self.expiry(kind, created)),
+            (kind, subject, content, source, confidence, created, created, expires),
         )
-        row = self.get(int(self.conn.last_insert_rowid()))
-        assert row is not None
-        return row, True
+        row_id = str(self.conn.last_insert_rowid())
+        return Row(row_id, kind, subject, content, source, confidence, created, created,
+                   expires), True
 
-    def find_exact(self, kind: str, subject: str, content: str) -> Row | None:
+    def find_exact(
+        self, kind: str, subject: str, content: str, now: str | None = None
+    ) -> Row | None:
         """An active row with exactly this kind, subject (any case) and content."""
         for values in self.conn.execute(
-            f"SELECT {COLUMNS} FROM memory WHERE kind = ? AND content = ? "
+            f"SELECT {COLUMNS} FROM memory WHERE content = ? AND kind = ? "
             "AND superseded_by IS NULL AND (expires_at IS NULL OR expires_at > ?)",
-            (kind, content, self.now()),
+            (content, kind, now or self.now()),
         ):
             if values[2].lower() == subject.lower():
                 return _row(values)
