@@ -25,6 +25,7 @@ RECALL_MAX = 10
 FORGET_MAX = 5
 QUERY_TERMS = 16
 CANDIDATES = 200  # rows an all-words (forget) match considers, newest first
+MMAP_BYTES = 256 << 20
 PER_TERM = 64  # newest matches read per query word: bounds recall's cost on a common word
 TTL_DAYS = {"episode": 30}  # per kind; kinds not listed never expire (spec §7.1)
 RECENCY_DAYS = 30.0  # a row this old weighs half as much as a fresh one with the same BM25
@@ -208,6 +209,9 @@ class MemoryStore:
         clock: Any = time.time,
     ) -> None:
         self.conn = conn
+        # Recall reads a few dozen rows scattered over the file; memory-mapped reads skip a
+        # syscall and a copy per page once the table outgrows SQLite's 2 MB page cache.
+        conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
         self.ttl_days = dict(TTL_DAYS if ttl_days is None else ttl_days)
         self.clock = clock
 
@@ -362,7 +366,7 @@ class MemoryStore:
                 weight = idf(estimate_df(found, top, PER_TERM), max(top, 1))
                 for rid in found:
                     scores[rid] = scores.get(rid, 0.0) + weight
-        best = sorted(scores, key=lambda r: (scores[r], r), reverse=True)[: max(50, limit * 5)]
+        best = sorted(scores, key=lambda r: (scores[r], r), reverse=True)[: max(20, limit * 2)]
         if not best:
             return []
         where = (
