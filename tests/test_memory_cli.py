@@ -86,3 +86,11 @@ def test_memory_needs_a_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["memory"])
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize("cmd", [["mcp-memory"], ["memory"], ["memory", "list"],
+                                 ["memory", "export"], ["memory", "import"]])
+def test_help(cmd: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([*cmd, "--help"])
+    assert exc.value.code == 0 and "usage: gantry" in capsys.readouterr().out
