@@ -150,7 +150,7 @@ class Agent:
     memory_block: MemoryBlock = _no_memory
     tool_status: Callable[[], list[str]] | None = None  # one line per MCP server for /status
     router: Any = None  # gantry.mcp.routing.Router when MCP servers are configured
-    status_lines: list[Callable[[str], str]] = field(default_factory=list)  # e.g. cron jobs
+    status_lines: list[Callable[[str], str]] = field(default_factory=list)  # cron, memory
     started: float = field(default_factory=time.monotonic)
     # session → (lock, turns holding or waiting for it); dropped at zero, so it stays small
     _locks: dict[str, tuple[anyio.Lock, int]] = field(default_factory=dict)
@@ -219,15 +219,22 @@ class Agent:
         n, chars = self.sessions.stats(session_id)
         up = int(time.monotonic() - self.started)
         summary = "yes" if self.sessions.summary(session_id) else "no"
-        return (
-            f"gantry {__version__} · up {up // 3600}h {up % 3600 // 60}m {up % 60}s\n"
-            f"model: {self.model.model}\n"
-            f"history: {n} messages, ~{est_tokens(chars)} tokens (est.)\n"
-            f"summary: {summary}\n"
-            f"tools: {len(self.tools)}"
-            + "".join(f"\nmcp {line}" for line in (self.tool_status() if self.tool_status else []))
-            + (f"\n{self.router.status()}" if self.router is not None else "")
-        ) + "".join("\n" + line(session_id) for line in self.status_lines)
+        lines = [
+            f"gantry {__version__} · up {up // 3600}h {up % 3600 // 60}m {up % 60}s",
+            f"model: {self.model.model}",
+            f"history: {n} messages, ~{est_tokens(chars)} tokens (est.)",
+            f"summary: {summary}",
+            f"tools: {len(self.tools)}",
+        ]
+        lines += [f"mcp {line}" for line in (self.tool_status() if self.tool_status else [])]
+        if self.router is not None:
+            lines.append(self.router.status())
+        for line in self.status_lines:
+            try:
+                lines.append(line(session_id))
+            except Exception:
+                log.exception("a /status line failed")
+        return "\n".join(lines)
 
     # ------------------------------------------------------------------ the turn
 

@@ -1,4 +1,5 @@
-"""Command line: `gantry run | status | version | init | check | tools | cron`.
+"""Command line: `gantry run | status | version | init | check | tools | cron | memory |
+mcp-memory`.
 
 Each command imports only what it needs: `status` is the container healthcheck and runs
 every few seconds, so it must not pay for aiogram, mcp or httpx.
@@ -80,8 +81,9 @@ def _parser() -> argparse.ArgumentParser:
         description="One persona, one model, MCP tools, one SQLite file.",
         epilog="Configuration is environment variables; see docs/configuration.md.",
     )
-    sub = p.add_subparsers(dest="command",
-                           metavar="{run,status,version,init,check,tools,cron}")
+    sub = p.add_subparsers(
+        dest="command",
+        metavar="{run,status,version,init,check,tools,cron,memory,mcp-memory}")
     run = sub.add_parser("run", help="run the agent daemon (the default command)")
     run.add_argument(
         "--env-file",
@@ -149,6 +151,9 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("--env-file", metavar="PATH",
                      help="read KEY=VALUE lines from PATH; variables already set win")
     chk.add_argument("--json", action="store_true", help="print one JSON object instead")
+    from gantry.memory.cli import add_parsers as memory_parsers
+
+    memory_parsers(sub)
     return p
 
 
@@ -246,6 +251,10 @@ def main(argv: list[str] | None = None) -> int:
         from gantry.check import main as check_main
 
         return check_main(args.env_file, args.json)
+    if command in ("mcp-memory", "memory"):
+        from gantry.memory.cli import main as memory_main
+
+        return memory_main(args)
     from gantry.runtime import main as run_main
 
     return run_main(getattr(args, "env_file", None))

@@ -236,6 +236,7 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
                 await start_mcp(mcp_host, tg)
             tg.start_soon(_heartbeat, conn)
             tg.start_soon(agent.run_folds)
+            await _memory(cfg, conn, tg, agent, provider, persona, mcp_host)  # after MCP
             tg.start_soon(_signals, tg, receive, agent, turns, persona)
             if cron is not None:
                 tg.start_soon(cron.run)
@@ -264,6 +265,23 @@ def log_level(cfg: Config, environ: dict[str, str], stream: Any) -> str:
     if chatting and not environ.get("LOG_LEVEL", "").strip():
         return "warning"
     return cfg.log_level
+
+
+async def _memory(
+    cfg: Config, conn: Any, tg: TaskGroup, agent: Any, model: Any, persona: Any, host: Any = None
+) -> None:
+    """Plug memory (gantry.memory.wiring) into the agent and `tg`; a bad backend stops boot."""
+    from gantry.memory.wiring import build
+
+    try:
+        parts = await build(cfg, conn, agent.tools, model, persona, host)
+    except ValueError as exc:
+        raise BootError(str(exc)) from None
+    if parts.memory_block is not None:
+        agent.memory_block = parts.memory_block
+    agent.status_lines.extend(parts.status_lines)
+    for task in parts.tasks:
+        tg.start_soon(task)
 
 
 def _boot_failed(exc: BaseException, redact: Any) -> int:

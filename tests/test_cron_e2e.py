@@ -75,7 +75,7 @@ def test_stdio_one_shot_reply_appears_without_user_message(
 def test_stdio_cron_disabled_offers_no_tools(
     spawn: Callable[..., Gantry], fake: FakeOpenAI
 ) -> None:
-    g = spawn(CRON_ENABLED="false")
+    g = spawn(CRON_ENABLED="false", MEMORY_ENABLED="false")  # no built-in tools at all
     g.ask("hi", "echo: hi")
     assert "tools" not in fake.requests[0].body
     g.send("/status")

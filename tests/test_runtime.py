@@ -133,7 +133,7 @@ def test_last_boundary_logs_redacted_json_never_a_raw_traceback(
     from gantry import runtime
     from gantry.channel.base import TurnAborted
 
-    async def serve(cfg: object) -> None:
+    async def serve(cfg: object, environ: object = None) -> None:
         boom = RuntimeError("POST to http://user:pr0xy-pw-123@127.0.0.1:9/v1 with "
                             "sk-runtime-test-key failed")
         if raised == "crash":

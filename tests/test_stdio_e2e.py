@@ -186,7 +186,8 @@ def test_conversation_history_grows_and_persona_leads(
     first, second, third = fake.requests
     assert first.headers.get("Authorization") == f"Bearer {KEY}"
     assert first.body["model"] == MODEL
-    assert "tools" not in first.body  # no tools registered: an empty list is a 400 upstream
+    names = [t["function"]["name"] for t in first.body["tools"]]
+    assert names == ["memory_forget", "memory_recall", "memory_store"]  # built in, no MCP
     assert first.messages[0] == {"role": "system", "content": PERSONA}
     assert roles(first.messages) == [SYSTEM, ("user", "hello there")]
     assert roles(second.messages) == [
@@ -201,13 +202,24 @@ def test_conversation_history_grows_and_persona_leads(
     g.assert_clean()
 
 
+def test_memory_disabled_means_no_tools_and_no_status_line(
+    spawn: Callable[..., Gantry], fake: FakeOpenAI
+) -> None:
+    g = spawn(MEMORY_ENABLED="false", CRON_ENABLED="false")
+    g.ask("hello", "echo: hello")
+    assert "tools" not in fake.last_request.body  # an empty tool list is a 400 upstream
+    g.send("/status")
+    assert "memory" not in g.expect("\ntools: 0\n")
+    g.assert_clean()
+
+
 def test_new_and_status(spawn: Callable[..., Gantry], fake: FakeOpenAI) -> None:
     g = spawn(CRON_ENABLED="false")  # /status ends at its tools line (cron adds one after)
     g.ask("remember the number 7", "echo: remember the number 7")
     g.ask("and the colour blue", "echo: and the colour blue")
 
     g.send("/status")
-    status = g.expect("\ntools: 0\n")
+    status = g.expect("\ntools: 3\nmemory (builtin): 0 fact")
     assert re.search(r"\bup \d+h \d+m \d+s\b", status), status
     assert f"model: {MODEL}" in status
     assert re.search(r"history: 4 messages, ~\d+ tokens \(est\.\)", status), status
@@ -215,7 +227,7 @@ def test_new_and_status(spawn: Callable[..., Gantry], fake: FakeOpenAI) -> None:
 
     g.ask("/new", "Started a new conversation. (Long-term memory is unchanged.)")
     g.send("/status")
-    assert "history: 0 messages" in g.expect("\ntools: 0\n")
+    assert "history: 0 messages" in g.expect("\ntools: 3\n")
     assert len(fake.requests) == 2  # commands never reach the model
 
     g.ask("what number?", "echo: what number?")

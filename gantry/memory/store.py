@@ -1,0 +1,520 @@
+"""The builtin memory store: typed rows in SQLite, FTS5 recall, TTLs, hydration (spec §7).
+
+Everything here is synchronous and fast (an indexed query is well under a millisecond at
+personal scale), so the async backends call it inline. Pure helpers (query escaping, line
+formatting) are separate functions so they can be property-tested.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+KINDS = ("fact", "preference", "person", "episode", "insight")
+DURABLE = ("fact", "preference", "person")
+SUBJECT_MAX = 80
+CONTENT_MAX = 500
+HYDRATE_MAX = 30
+HYDRATE_HITS = 10
+RECALL_MAX = 10
+FORGET_MAX = 5
+QUERY_TERMS = 16
+CANDIDATES = 200  # rows an all-words (forget) match considers, newest first
+MMAP_BYTES = 256 << 20
+PER_TERM = 64  # newest matches read per query word: bounds recall's cost on a common word
+TTL_DAYS = {"episode": 30}  # per kind; kinds not listed never expire (spec §7.1)
+RECENCY_DAYS = 30.0  # a row this old weighs half as much as a fresh one with the same BM25
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+_WORD = re.compile(r"\w+")
+_SPACE = re.compile(r"\s+")
+_LINE = re.compile(r"\((fact|preference|person|episode|insight)\) ([^:\n]*): (.*)\Z", re.DOTALL)
+
+COLUMNS = (
+    "id, kind, subject, content, source, confidence, created_at, updated_at, expires_at, "
+    "superseded_by"
+)
+
+
+class MemoryInputError(ValueError):
+    """A store/forget request the caller must fix; `str()` says how (shown to the model)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One memory row as read back; `id` is a string so every backend can use its own ids."""
+
+    id: str
+    kind: str
+    subject: str
+    content: str
+    source: str = "chat"
+    confidence: float = 1.0
+    created_at: str = ""
+    updated_at: str = ""
+    expires_at: str | None = None
+    superseded_by: int | None = None
+
+    def line(self) -> str:
+        return format_line(self.kind, self.subject, self.content)
+
+
+# ---------------------------------------------------------------------- pure helpers
+
+
+def iso(ts: float) -> str:
+    """Unix seconds → the stored time format (UTC, microseconds, 'Z')."""
+    return datetime.fromtimestamp(ts, UTC).strftime(TIME_FORMAT)
+
+
+def parse_time(text: str) -> datetime:
+    """Any RFC 3339 / ISO 8601 time (with 'Z' or an offset) → aware UTC datetime."""
+    t = text.strip()
+    if t.endswith(("Z", "z")):
+        t = t[:-1] + "+00:00"
+    dt = datetime.fromisoformat(t)
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC)
+
+
+def normalize_time(text: str) -> str:
+    """Canonical stored form of a time string; raises ValueError if it is not a time."""
+    return parse_time(text).strftime(TIME_FORMAT)
+
+
+def clean(text: str) -> str:
+    """One line of text: whitespace runs collapsed, NULs dropped, ends stripped."""
+    return _SPACE.sub(" ", text.replace("\x00", "")).strip()
+
+
+def format_line(kind: str, subject: str, content: str) -> str:
+    """`(kind) subject: content` — the one-line form used in prompts and by aigpt servers."""
+    return f"({kind}) {subject}: {content}"
+
+
+def parse_line(text: str, default_kind: str = "fact") -> tuple[str, str, str]:
+    """Inverse of format_line; any other text becomes (default_kind, '', text)."""
+    m = _LINE.match(text.strip())
+    if m:
+        return m.group(1), m.group(2), m.group(3)
+    return default_kind, "", text.strip()
+
+
+def terms(text: str, limit: int = QUERY_TERMS) -> list[str]:
+    """Distinct lowercase words of `text` (first `limit`), the only part a query keeps."""
+    out: dict[str, None] = {}
+    for word in _WORD.findall(text.lower()):
+        out.setdefault(word, None)
+        if len(out) >= limit:
+            break
+    return list(out)
+
+
+def fts_query(text: str, mode: str = "or", limit: int = QUERY_TERMS) -> str | None:
+    """An FTS5 MATCH expression that can never be a syntax error, or None if no words.
+
+    Every word becomes a double-quoted string, so operators (AND/OR/NOT/NEAR), `*`, `-`,
+    `:`, `^`, quotes and parentheses in user text are plain characters to FTS5.
+    """
+    words = terms(text, limit)
+    if not words:
+        return None
+    joiner = " OR " if mode == "or" else " AND "
+    return joiner.join('"' + w.replace('"', '""') + '"' for w in words)
+
+
+def validate(kind: str, subject: str, content: str) -> tuple[str, str, str]:
+    """Checked and cleaned (kind, subject, content), or MemoryInputError saying what to fix."""
+    kind = clean(str(kind)).lower()
+    subject, content = clean(str(subject)), clean(str(content))
+    if kind not in KINDS:
+        raise MemoryInputError(f"kind must be one of {', '.join(KINDS)}, not {kind[:40]!r}")
+    if ":" in subject:
+        raise MemoryInputError("subject must not contain ':'; use a short name like 'mom'")
+    if len(subject) > SUBJECT_MAX:
+        raise MemoryInputError(f"subject is {len(subject)} chars; keep it under {SUBJECT_MAX}")
+    if not content:
+        raise MemoryInputError("content is empty; store one atomic statement")
+    if len(content) > CONTENT_MAX:
+        raise MemoryInputError(
+            f"content is {len(content)} chars (max {CONTENT_MAX}); store one atomic statement "
+            "per call, not a paragraph"
+        )
+    return kind, subject, content
+
+
+def render_block(rows: Sequence[Row]) -> str:
+    """The compact hydration block of spec §7.4 ('' when there is nothing to show)."""
+    if not rows:
+        return ""
+    return "[memory]\n" + "\n".join(f"- {r.line()}" for r in rows)
+
+
+def render_hits(rows: Sequence[Row]) -> str:
+    """Recall / forget output for the model and the CLI: ids and dates shown."""
+    return "\n".join(f"#{r.id} {r.line()} ({r.created_at[:10]})" for r in rows)
+
+
+def rank(rows: Iterable[tuple[Row, float]], now: float, limit: int) -> list[Row]:
+    """Order hits by relevance (higher = better) weighted by recency of the last update."""
+
+    def score(item: tuple[Row, float]) -> tuple[float, int]:
+        row, relevance = item
+        try:
+            age = max(0.0, now - parse_time(row.updated_at).timestamp()) / 86_400
+        except ValueError:
+            age = 0.0
+        return relevance / (1.0 + age / RECENCY_DAYS), int(row.id) if row.id.isdecimal() else 0
+
+    return [r for r, _ in sorted(rows, key=score, reverse=True)[:limit]]
+
+
+def idf(df: float, total: float) -> float:
+    """BM25's inverse document frequency (the +1 form: never negative)."""
+    return math.log(1.0 + (total - df + 0.5) / (df + 0.5))
+
+
+def estimate_df(found: Sequence[int], top: int, per_term: int) -> float:
+    """Rows containing a term, from its newest `found` rowids (descending).
+
+    Fewer than `per_term` found means that is all of them; otherwise the density of the
+    newest matches over their rowid span is extrapolated to the whole table.
+    """
+    if len(found) < per_term:
+        return float(len(found))
+    span = max(1, top - found[-1] + 1)
+    return min(float(top), len(found) * top / span)
+
+
+# ---------------------------------------------------------------------- the store
+
+
+def _row(values: Sequence[Any]) -> Row:
+    return Row(str(values[0]), values[1], values[2], values[3], values[4], float(values[5]),
+               values[6], values[7], values[8], values[9])
+
+
+class MemoryStore:
+    """The `memory` table behind a small API; one instance per connection."""
+
+    def __init__(
+        self,
+        conn: Any,
+        ttl_days: Mapping[str, int] | None = None,
+        clock: Any = time.time,
+    ) -> None:
+        self.conn = conn
+        # Recall reads a few dozen rows scattered over the file; memory-mapped reads skip a
+        # syscall and a copy per page once the table outgrows SQLite's 2 MB page cache.
+        conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
+        self.ttl_days = dict(TTL_DAYS if ttl_days is None else ttl_days)
+        self.clock = clock
+
+    def now(self) -> str:
+        return iso(self.clock())
+
+    def expiry(self, kind: str, created_at: str) -> str | None:
+        days = self.ttl_days.get(kind, 0)
+        if not days:
+            return None
+        return (parse_time(created_at) + timedelta(days=days)).strftime(TIME_FORMAT)
+
+    # ------------------------------------------------------------------ writes
+
+    def add(
+        self,
+        kind: str,
+        subject: str,
+        content: str,
+        source: str = "chat",
+        confidence: float = 1.0,
+        created_at: str | None = None,
+    ) -> tuple[Row, bool]:
+        """Store one statement; (row, True) if new, (existing row, False) for an exact duplicate."""
+        kind, subject, content = validate(kind, subject, content)
+        now = self.now()
+        existing = self.find_exact(kind, subject, content, now)
+        if existing is not None:
+            return existing, False
+        created = normalize_time(created_at) if created_at else now
+        confidence = max(0.0, min(1.0, confidence))
+        expires = self.expiry(kind, created)
+        self.conn.execute(
+            "INSERT INTO memory (kind, subject, content, source, confidence, created_at, "
+            "updated_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (kind, subject, content, source, confidence, created, created, expires),
+        )
+        row_id = str(self.conn.last_insert_rowid())
+        return Row(row_id, kind, subject, content, source, confidence, created, created,
+                   expires), True
+
+    def find_exact(
+        self, kind: str, subject: str, content: str, now: str | None = None
+    ) -> Row | None:
+        """An active row with exactly this kind, subject (any case) and content."""
+        for values in self.conn.execute(
+            f"SELECT {COLUMNS} FROM memory WHERE content = ? AND kind = ? "
+            "AND superseded_by IS NULL AND (expires_at IS NULL OR expires_at > ?)",
+            (content, kind, now or self.now()),
+        ):
+            if values[2].lower() == subject.lower():
+                return _row(values)
+        return None
+
+    def supersede(self, old_ids: Iterable[int], new_id: int) -> list[int]:
+        """Link older rows to the row that replaces them (never a silent delete)."""
+        linked = []
+        for old in old_ids:
+            if old == new_id:
+                continue
+            self.conn.execute(
+                "UPDATE memory SET superseded_by = ?, updated_at = ? "
+                "WHERE id = ? AND superseded_by IS NULL",
+                (new_id, self.now(), old),
+            )
+            if self.conn.changes():
+                linked.append(old)
+        return linked
+
+    def delete(self, row_id: int) -> list[Row]:
+        """Hard-delete a row and the older rows it superseded; return what was deleted."""
+        row = self.get(row_id)
+        if row is None:
+            return []
+        doomed = [row]
+        frontier = [row_id]
+        while frontier and len(doomed) < 1000:
+            placeholders = ",".join("?" * len(frontier))
+            older = [
+                _row(v)
+                for v in self.conn.execute(
+                    f"SELECT {COLUMNS} FROM memory WHERE superseded_by IN ({placeholders})",
+                    frontier,
+                )
+            ]
+            doomed += older
+            frontier = [int(r.id) for r in older]
+        with self.conn:
+            for r in reversed(doomed):
+                self.conn.execute("DELETE FROM memory WHERE id = ?", (int(r.id),))
+        return doomed
+
+    def forget(self, query: str, cap: int = FORGET_MAX) -> tuple[list[Row], int]:
+        """Delete the best `cap` active rows containing every word of `query`.
+
+        Returns (deleted rows, how many more matched and were kept).
+        """
+        matches = self.search(query, limit=cap + 50, mode="and")
+        deleted: list[Row] = []
+        for row in matches[:cap]:
+            deleted += self.delete(int(row.id))
+        return deleted, max(0, len(matches) - cap)
+
+    def purge_expired(self, grace_days: int = 30) -> int:
+        """Hard-delete rows that expired more than `grace_days` ago (TTL decay)."""
+        cutoff = iso(self.clock() - grace_days * 86_400)
+        self.conn.execute(
+            "DELETE FROM memory WHERE expires_at IS NOT NULL AND expires_at < ?", (cutoff,)
+        )
+        return int(self.conn.changes())
+
+    # ------------------------------------------------------------------ reads
+
+    def get(self, row_id: int) -> Row | None:
+        for values in self.conn.execute(f"SELECT {COLUMNS} FROM memory WHERE id = ?", (row_id,)):
+            return _row(values)
+        return None
+
+    def search(
+        self, query: str, limit: int = RECALL_MAX, mode: str = "or", active: bool = True
+    ) -> list[Row]:
+        """Rows matching the words of `query`, best first (IDF-weighted matches × recency).
+
+        FTS5's bm25() counts every match of every term to get its IDF, which costs O(matches)
+        per query (hundreds of ms at 100k rows for a common word). Here each term reads only
+        its newest PER_TERM matches (FTS5 walks a doclist in rowid order and stops at the
+        LIMIT), and the IDF comes from those: exact for rare terms, estimated for common ones.
+        mode="and" keeps only rows containing every word (used by forget).
+        """
+        words = terms(query)
+        if not words or limit <= 0:
+            return []
+        top = int(self.conn.execute("SELECT coalesce(max(id), 0) FROM memory").fetchone()[0])
+        scores: dict[int, float] = {}
+        if mode == "and":
+            for (rid,) in self.conn.execute(
+                "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? "
+                "ORDER BY rowid DESC LIMIT ?",
+                (fts_query(query, "and"), CANDIDATES),
+            ):
+                scores[int(rid)] = 1.0
+        else:
+            for word in words:
+                found = [
+                    int(r[0])
+                    for r in self.conn.execute(
+                        "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? "
+                        "ORDER BY rowid DESC LIMIT ?",
+                        ('"' + word.replace('"', '""') + '"', PER_TERM),
+                    )
+                ]
+                weight = idf(estimate_df(found, top, PER_TERM), max(top, 1))
+                for rid in found:
+                    scores[rid] = scores.get(rid, 0.0) + weight
+        best = sorted(scores, key=lambda r: (scores[r], r), reverse=True)[: max(20, limit * 2)]
+        if not best:
+            return []
+        where = (
+            "AND superseded_by IS NULL AND (expires_at IS NULL OR expires_at > ?)"
+            if active
+            else ""
+        )
+        params: list[Any] = [*best, self.now()] if active else list(best)
+        rows = [
+            _row(v)
+            for v in self.conn.execute(
+                f"SELECT {COLUMNS} FROM memory WHERE id IN ({','.join('?' * len(best))}) {where}",
+                params,
+            )
+        ]
+        return rank(((r, scores[int(r.id)]) for r in rows), self.clock(), limit)
+
+    def durable(self, limit: int = HYDRATE_MAX) -> list[Row]:
+        """Active facts, preferences and people, most recently updated first."""
+        return [
+            _row(v)
+            for v in self.conn.execute(
+                f"SELECT {COLUMNS} FROM memory WHERE superseded_by IS NULL "
+                "AND kind IN ('fact', 'preference', 'person') "
+                "AND (expires_at IS NULL OR expires_at > ?) ORDER BY updated_at DESC LIMIT ?",
+                (self.now(), limit),
+            )
+        ]
+
+    def hydrate(self, text: str, limit: int = HYDRATE_MAX) -> list[Row]:
+        """At most `limit` rows for a turn: FTS hits for `text`, then durable rows."""
+        out: dict[str, Row] = {}
+        for row in self.search(text, limit=min(HYDRATE_HITS, limit)):
+            out[row.id] = row
+        if len(out) < limit:
+            for row in self.durable(limit):
+                out.setdefault(row.id, row)
+                if len(out) >= limit:
+                    break
+        return list(out.values())
+
+    def rows(
+        self, kind: str | None = None, include_inactive: bool = False, limit: int = 100
+    ) -> list[Row]:
+        """Rows for the inspection CLI, newest first."""
+        clauses, params = [], []
+        if kind:
+            clauses.append("kind = ?")
+            params.append(kind)
+        if not include_inactive:
+            clauses.append("superseded_by IS NULL AND (expires_at IS NULL OR expires_at > ?)")
+            params.append(self.now())
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        return [
+            _row(v)
+            for v in self.conn.execute(
+                f"SELECT {COLUMNS} FROM memory {where} ORDER BY id DESC LIMIT ?",
+                (*params, limit),
+            )
+        ]
+
+    def active_all(self) -> list[Row]:
+        """Every active row, oldest first (aigpt's read_memory, export)."""
+        return [
+            _row(v)
+            for v in self.conn.execute(
+                f"SELECT {COLUMNS} FROM memory WHERE superseded_by IS NULL "
+                "AND (expires_at IS NULL OR expires_at > ?) ORDER BY created_at, id",
+                (self.now(),),
+            )
+        ]
+
+    def counts(self) -> dict[str, int]:
+        """Active rows per kind, plus 'inactive' (expired or superseded) and 'flagged'."""
+        out = dict.fromkeys(KINDS, 0)
+        out["inactive"] = 0
+        for kind, active, n in self.conn.execute(
+            "SELECT kind, superseded_by IS NULL AND (expires_at IS NULL OR expires_at > ?), "
+            "count(*) FROM memory GROUP BY 1, 2",
+            (self.now(),),
+        ):
+            out[kind if active else "inactive"] += int(n)
+        out["flagged"] = int(
+            self.conn.execute(
+                "SELECT count(*) FROM memory_flag WHERE resolved_at IS NULL"
+            ).fetchone()[0]
+        )
+        return out
+
+    # ------------------------------------------------------------------ flags
+
+    def flag(self, statement: str, persona_says: str, source_ids: Sequence[int]) -> int:
+        import json
+
+        self.conn.execute(
+            "INSERT INTO memory_flag (statement, persona_says, source_ids, created_at) "
+            "VALUES (?, ?, ?, ?)",
+            (clean(statement)[:CONTENT_MAX], clean(persona_says)[:CONTENT_MAX],
+             json.dumps(list(source_ids)), self.now()),
+        )
+        return int(self.conn.last_insert_rowid())
+
+    def flags(self, include_resolved: bool = False) -> list[tuple[int, str, str, str, str]]:
+        """(id, statement, persona_says, source_ids, created_at) of contradictions."""
+        where = "" if include_resolved else "WHERE resolved_at IS NULL"
+        return [
+            (int(v[0]), v[1], v[2], v[3], v[4])
+            for v in self.conn.execute(
+                "SELECT id, statement, persona_says, source_ids, created_at FROM memory_flag "
+                f"{where} ORDER BY id"
+            )
+        ]
+
+    def resolve_flag(self, flag_id: int) -> bool:
+        self.conn.execute(
+            "UPDATE memory_flag SET resolved_at = ? WHERE id = ? AND resolved_at IS NULL",
+            (self.now(), flag_id),
+        )
+        return bool(self.conn.changes())
+
+
+class BuiltinMemory:
+    """The `Memory` interface over the local store (MEMORY_BACKEND=builtin)."""
+
+    name = "builtin"
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.db = store
+
+    async def store(self, kind: str, subject: str, content: str) -> tuple[Row, bool]:
+        return self.db.add(kind, subject, content, source="chat")
+
+    async def recall(self, query: str, limit: int = RECALL_MAX) -> list[Row]:
+        return self.db.search(query, limit=limit)
+
+    async def forget(self, row_id: str | None, query: str | None) -> tuple[list[Row], int]:
+        if row_id is not None:
+            try:
+                rid = int(row_id.lstrip("#"))
+            except ValueError:
+                raise MemoryInputError(
+                    f"id must be a number like 12, not {row_id[:20]!r}"
+                ) from None
+            return self.db.delete(rid), 0
+        return self.db.forget(query or "")
+
+    async def hydrate(self, text: str, limit: int = HYDRATE_MAX) -> list[Row]:
+        return self.db.hydrate(text, limit)
+
+    async def counts(self) -> dict[str, int]:
+        return self.db.counts()

@@ -1,0 +1,101 @@
+"""Memory inside the frozen binary in the distroless-like rootfs: `gantry mcp-memory` speaks
+MCP over stdio (initialize, tools/list, store, recall), `gantry run` stores through the
+memory_store tool and hydrates it on a later turn, and `gantry memory list` reads it back.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.binary.rootfs import INSTALL_PATH, Sandbox
+from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
+from tests.procs import ChildIO
+
+pytestmark = [pytest.mark.binary, pytest.mark.slow]
+WAIT = 90.0
+
+
+class Rpc(ChildIO):
+    default_wait = WAIT
+
+    def request(self, rid: int, method: str, params: dict[str, Any] | None = None) -> Any:
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            msg["params"] = params
+        self.send(json.dumps(msg))
+        text = self.expect(f'"id":{rid},')
+        line = [x for x in text.splitlines() if f'"id":{rid},' in x][-1]
+        return json.loads(line)
+
+
+def test_mcp_memory_speaks_mcp_over_stdio(sandbox: Sandbox, persona_dir: Path) -> None:
+    data = sandbox.new_data_dir("mcp-memory")
+    proc = sandbox.popen([INSTALL_PATH, "mcp-memory"], data=data,
+                         env={"DATA_DIR": "/data", "PERSONA_DIR": "/persona"},
+                         binds={"/persona": persona_dir})
+    rpc = Rpc(proc)
+    try:
+        init = rpc.request(1, "initialize", {
+            "protocolVersion": "2024-11-05", "capabilities": {},
+            "clientInfo": {"name": "smoke", "version": "0"}})
+        assert init["result"]["protocolVersion"] == "2024-11-05"
+        assert "distroless smoke-test persona" in init["result"]["instructions"]
+        rpc.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        names = {t["name"] for t in rpc.request(2, "tools/list")["result"]["tools"]}
+        assert names == {"memory_store", "memory_recall", "memory_forget", "read_core",
+                         "read_memory", "save_memory", "compress"}
+        stored = rpc.request(3, "tools/call", {"name": "memory_store", "arguments": {
+            "kind": "person", "subject": "mom", "content": "prefers calls over texts"}})
+        assert stored["result"]["content"][0]["text"] == (
+            "stored #1: (person) mom: prefers calls over texts")
+        found = rpc.request(4, "tools/call", {"name": "memory_recall",
+                                              "arguments": {"query": 'mom "texts NEAR('}})
+        assert found["result"]["content"][0]["text"].startswith(
+            "#1 (person) mom: prefers calls over texts (")
+        records = rpc.request(5, "tools/call", {"name": "read_memory", "arguments": {}})
+        record = json.loads(records["result"]["content"][0]["text"])[0]
+        assert record["value"]["$type"] == "ai.syui.gpt.memory"
+    finally:
+        rpc.close_stdin()
+        rpc.kill()
+    listed = sandbox.run([INSTALL_PATH, "memory", "list"], env={"DATA_DIR": "/data"}, data=data)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith("#1 (person) mom: prefers calls over texts · chat")
+
+
+def test_run_stores_and_hydrates_memory(
+    sandbox: Sandbox, persona_dir: Path, fake_openai: FakeOpenAI
+) -> None:
+    fake = fake_openai
+    base_url = fake.base_url
+    data = sandbox.new_data_dir("run-memory")
+    env = {"CHANNEL": "stdio", "LLM_BASE_URL": base_url, "LLM_API_KEY": "sk-binary-smoke",
+           "LLM_MODEL": "fake-model", "DATA_DIR": "/data", "PERSONA_DIR": "/persona",
+           "MCP_MANIFEST": "/etc/gantry/mcp.toml"}
+    fake.push(ToolCalls([Call("memory_store", {"kind": "fact", "subject": "chris",
+                                               "content": "climbs on Tuesdays"}, id="c1")]),
+              Reply("noted"))
+    run = ChildIO(sandbox.popen([INSTALL_PATH, "run"], env=env, data=data,
+                                binds={"/persona": persona_dir}))
+    run.default_wait = WAIT
+    try:
+        run.send("remember that I climb on Tuesdays")
+        run.expect("noted")
+        run.send("/new")
+        run.expect("Started a new conversation")
+        run.send("when do I climb?")
+        run.expect("echo: when do I climb?")
+        system = fake.last_request.messages[0]["content"]
+        assert "[memory]\n- (fact) chris: climbs on Tuesdays" in system
+        run.send("/status")
+        run.expect("memory (builtin): 1 fact")
+    finally:
+        run.close_stdin()
+        run.kill()
+    listed = sandbox.run([INSTALL_PATH, "memory", "search", "tuesdays"],
+                         env={"DATA_DIR": "/data"}, data=data)
+    assert listed.stdout.startswith("#1 (fact) chris: climbs on Tuesdays"), listed.stderr

@@ -1,0 +1,240 @@
+"""MEMORY_BACKEND=mcp end to end: real stdio children via the SDK client, both shapes.
+
+Shape (a) and (b) against `gantry mcp-memory` (for (b) its memory_* tools are hidden so
+the aigpt tools are used), shape (b) against an aigpt look-alike (tests/fakes/aigpt.py),
+and a real third-party server (mcp-server-time) that has neither shape.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gantry import db
+from gantry.memory.mcp_backend import (
+    AigptMemory,
+    BackendError,
+    SessionPort,
+    ToolsMemory,
+    connect_backend,
+    detect,
+    parse_records,
+    rank_local,
+)
+from gantry.memory.store import MemoryInputError, MemoryStore, Row
+from gantry.memory.tools import memory_tools
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+ROOT = Path(__file__).parent.parent
+
+
+class Hidden:
+    """A port without memory_* tools, so detection picks the aigpt shape."""
+
+    def __init__(self, port: SessionPort) -> None:
+        self.port = port
+
+    def tool_names(self) -> list[str]:
+        return [n for n in self.port.tool_names() if not n.startswith("memory_")]
+
+    def instructions(self) -> str:
+        return self.port.instructions()
+
+    async def call(self, tool: str, args: dict[str, Any]) -> tuple[str, bool]:
+        return await self.port.call(tool, args)
+
+
+@pytest.fixture
+async def spawn(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    async with AsyncExitStack() as stack:
+
+        async def start(*args: str) -> SessionPort:
+            params = StdioServerParameters(
+                command=sys.executable, args=list(args), cwd=str(ROOT),
+                env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT)},
+            )
+            read, write = await stack.enter_async_context(stdio_client(params))
+            session = await stack.enter_async_context(ClientSession(read, write))
+            return await SessionPort.open(session)
+
+        yield start
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[Path, Path]:
+    data, persona = tmp_path / "data", tmp_path / "persona"
+    persona.mkdir()
+    (persona / "SOUL.md").write_text("You are Tim, a climbing coach.")
+    return data, persona
+
+
+async def gantry_child(spawn: Callable[..., Any], dirs: tuple[Path, Path], *extra: str) -> Any:
+    data, persona = dirs
+    return await spawn("-m", "gantry", "mcp-memory", "--data-dir", str(data),
+                       "--persona-dir", str(persona), *extra)
+
+
+async def test_shape_a_against_gantry_mcp_memory(
+    spawn: Callable[..., Any], dirs: tuple[Path, Path]
+) -> None:
+    port = await gantry_child(spawn, dirs)
+    assert port.instructions() == "You are Tim, a climbing coach."
+    mem = detect(port, "mem")
+    assert isinstance(mem, ToolsMemory)
+    row, new = await mem.store("person", "mom", "prefers calls over texts")
+    assert new and row.id == "1"
+    assert (await mem.store("person", "mom", "prefers calls over texts"))[1] is False
+    await mem.store("episode", "gym", "sent the blue route")
+    hits = await mem.recall("mom texts")
+    assert [(h.id, h.line()) for h in hits] == [("1", "(person) mom: prefers calls over texts")]
+    assert next(r.subject for r in await mem.hydrate("the blue route")) == "gym"
+    with pytest.raises(MemoryInputError, match="kind must be one of"):
+        await mem.store("mood", "x", "y")
+    deleted, more = await mem.forget("1", None)
+    assert [r.id for r in deleted] == ["1"] and more == 0
+    assert await mem.recall("mom") == []
+    # the same rows are in the child's SQLite file
+    store = MemoryStore(db.connect(dirs[0] / "gantry.db"))
+    assert [r.line() for r in store.rows()] == ["(episode) gym: sent the blue route"]
+
+
+async def test_tools_over_the_mcp_backend(
+    spawn: Callable[..., Any], dirs: tuple[Path, Path]
+) -> None:
+    mem = detect(await gantry_child(spawn, dirs), "mem")
+    tools = {t.name: t for t in memory_tools(mem)}
+    assert (await tools["memory_store"].call(
+        {"kind": "fact", "subject": "car", "content": "drives a red van"})).startswith("stored #1")
+    assert (await tools["memory_recall"].call({"query": "van"})).startswith("#1 (fact) car:")
+    out = await tools["memory_forget"].call({"query": "red van"})
+    assert out.startswith("deleted 1:\n#1 (fact) car: drives a red van")
+
+
+async def test_instructions_carry_memories_capped(
+    spawn: Callable[..., Any], dirs: tuple[Path, Path]
+) -> None:
+    data, _ = dirs
+    db.ensure_data_dir(data)
+    store = MemoryStore(db.connect(data / "gantry.db"))
+    for i in range(5):
+        store.add("fact", f"s{i}", f"statement {i}")
+    port = await gantry_child(spawn, dirs, "--max-records", "3")
+    lines = port.instructions().splitlines()
+    assert lines[0] == "You are Tim, a climbing coach." and "[memory]" in lines
+    assert [x for x in lines if x.startswith("- ")] == [
+        "- (fact) s2: statement 2", "- (fact) s3: statement 3", "- (fact) s4: statement 4"]
+    text, error = await port.call("read_memory", {})
+    assert not error and len(json.loads(text)) == 3
+    core, _ = await port.call("read_core", {})
+    assert json.loads(core)["value"]["content"]["text"] == "You are Tim, a climbing coach."
+
+
+async def test_shape_b_against_gantry_mcp_memory(
+    spawn: Callable[..., Any], dirs: tuple[Path, Path]
+) -> None:
+    mem = detect(Hidden(await gantry_child(spawn, dirs)), "mem")
+    assert isinstance(mem, AigptMemory)
+    await shape_b_contract(mem)
+
+
+async def test_shape_b_against_an_aigpt_lookalike(
+    spawn: Callable[..., Any], tmp_path: Path
+) -> None:
+    did = "did:plc:test123"
+    port = await spawn("-m", "tests.fakes.aigpt", str(tmp_path / "aigpt"), did)
+    mem = detect(port, "aigpt")
+    assert isinstance(mem, AigptMemory)
+    await shape_b_contract(mem)
+    # a directory aigpt wrote imports into the builtin store
+    await port.call("save_memory", {"content": "(preference) chris: drinks sencha"})
+    store = MemoryStore(db.connect(tmp_path / "g.db"))
+    from gantry.memory.atproto import import_dir
+
+    result = import_dir(store, tmp_path / "aigpt", did)
+    assert result.added == 2 and not result.skipped
+    assert sorted(r.line() for r in store.rows()) == [
+        "(fact) : syuiはRustを好む", "(preference) chris: drinks sencha"]
+
+
+async def shape_b_contract(mem: AigptMemory) -> None:
+    _row, new = await mem.store("preference", "chris", "drinks sencha")
+    assert new
+    assert (await mem.store("preference", "chris", "drinks sencha"))[1] is False
+    await mem.store("episode", "gym", "sent the blue route")
+    await mem.port.call("save_memory", {"content": "syuiはRustを好む"})  # a plain aigpt line
+    hits = await mem.recall("what does chris drink? sencha")
+    assert next(h.line() for h in hits) == "(preference) chris: drinks sencha"
+    assert len(hits[0].id) == 13  # the record's TID
+    block = [r.line() for r in await mem.hydrate("blue route")]
+    assert block[0] == "(episode) gym: sent the blue route" and len(block) == 3
+    deleted, _ = await mem.forget(None, "blue route")
+    assert [r.line() for r in deleted] == ["(episode) gym: sent the blue route"]
+    remaining = sorted(r.line() for r in await mem.recall("chris sencha syuiはrustを好む"))
+    assert remaining == ["(fact) : syuiはRustを好む", "(preference) chris: drinks sencha"]
+    rows = parse_records((await mem.port.call("read_memory", {}))[0])
+    assert len(rows) == 2
+    assert await mem.forget(None, "") == ([], 0)  # an empty query matches nothing: no wipe
+    deleted, _ = await mem.forget(rows[0].id, None)
+    assert len(deleted) == 1
+    last = parse_records((await mem.port.call("read_memory", {}))[0])  # compress may renumber
+    with pytest.raises(MemoryInputError, match="refused: this would delete every memory"):
+        await mem.forget(last[0].id, None)
+    assert len(parse_records((await mem.port.call("read_memory", {}))[0])) == 1
+
+
+async def test_a_server_with_neither_shape_fails_clearly(spawn: Callable[..., Any]) -> None:
+    port = await spawn("-m", "mcp_server_time")
+    with pytest.raises(BackendError, match=r"exposes neither .* \(it has: convert_time"):
+        detect(port, "time")
+
+
+async def test_missing_server_or_host_fails_clearly() -> None:
+    class Host:
+        def names(self) -> list[str]:
+            return ["time"]
+
+    with pytest.raises(BackendError, match=r"no MCP server named 'mem' .*servers: time"):
+        await connect_backend(Host(), "mem")
+    with pytest.raises(BackendError, match=r"add \[servers.mem\] to MCP_MANIFEST"):
+        await connect_backend(None, "mem")
+
+
+def test_parse_records_tolerates_aigpt_versions() -> None:
+    with pytest.raises(MemoryInputError, match="boom"):
+        parse_records('{"error": "boom"}')
+    old = {"value": {"content": {"text": "- likes tea\n- (person) mom: calls"}}}
+    assert [r.line() for r in parse_records(json.dumps(old))] == [
+        "(fact) : likes tea", "(person) mom: calls"]
+    assert [r.content for r in parse_records("not json\nsecond")] == ["not json", "second"]
+
+
+def test_rank_local_prefers_more_words_then_newer() -> None:
+    rows = [Row("1", "fact", "a", "tea", created_at="2026-01-01"),
+            Row("2", "fact", "a", "green tea", created_at="2025-01-01"),
+            Row("3", "fact", "a", "tea", created_at="2026-06-01")]
+    assert [r.id for r in rank_local(rows, "green tea", 5)] == ["2", "3", "1"]
+    assert [r.id for r in rank_local(rows, "green tea", 5, every=True)] == ["2"]
+    assert rank_local(rows, "*** ()", 5) == []
+
+
+@given(st.text(max_size=120))
+def test_aigpt_parsing_and_ranking_never_crash(text: str) -> None:
+    """Whatever a server returns and whatever the user asks: rows or a clear error."""
+    try:
+        rows = parse_records(text)
+    except MemoryInputError:
+        rows = []
+    rank_local([*rows, Row("1", "fact", "", "tea")], text, 5)
+    rank_local(rows, text, 5, every=True)

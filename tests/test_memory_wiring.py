@@ -1,0 +1,149 @@
+"""Memory in the agent loop: tools in the registry, hydration, /status, MEMORY_ENABLED=false."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gantry import db
+from gantry.agent import Agent
+from gantry.channel.base import Inbound
+from gantry.config import load
+from gantry.memory.wiring import MemoryParts, build
+from gantry.prompt import PRECEDENCE
+from gantry.provider import Provider, RetryPolicy
+from gantry.session import SessionStore
+from gantry.tools import Registry
+from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
+
+pytestmark = pytest.mark.anyio
+
+
+def msg(text: str) -> Inbound:
+    return Inbound(channel="test", chat_id="1", user_id="u", text=text)
+
+
+def cfg(**env: str) -> Any:
+    return load({"LLM_BASE_URL": "http://127.0.0.1:1/v1", "LLM_API_KEY": "k", "LLM_MODEL": "m",
+                 "CHANNEL": "stdio", **env})
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI() as f:
+        yield f
+
+
+@pytest.fixture
+async def setup(
+    fake: FakeOpenAI, tmp_path: Path
+) -> AsyncIterator[Any]:
+    made: list[Any] = []
+
+    async def make(**env: str) -> tuple[Agent, MemoryParts, Registry]:
+        async def no_sleep(_: float) -> None:
+            return None
+
+        conn = db.connect(tmp_path / "g.db")
+        provider = Provider(fake.base_url, "sk-test", "fake-model",
+                            retry=RetryPolicy(max_attempts=1, deadline=5), sleep=no_sleep)
+        made.append((conn, provider))
+        registry = Registry()
+        parts = await build(cfg(**env), conn, registry, provider, lambda: "You are Tim.")
+        agent = Agent(model=provider, sessions=SessionStore(conn), tools=registry,
+                      persona=lambda: "You are Tim.", status_lines=parts.status_lines,
+                      max_tokens=2_000)
+        if parts.memory_block is not None:
+            agent.memory_block = parts.memory_block
+        return agent, parts, registry
+
+    yield make
+    for conn, provider in made:
+        await provider.aclose()
+        conn.close()
+
+
+async def test_store_then_recall_across_new(fake: FakeOpenAI, setup: Any) -> None:
+    agent, _parts, registry = await setup()
+    assert registry.names() == ["memory_forget", "memory_recall", "memory_store"]
+    fake.push(
+        ToolCalls([Call("memory_store", {"kind": "person", "subject": "mom",
+                                         "content": "prefers calls over texts"}, id="c1")]),
+        Reply("noted"),
+    )
+    assert await agent(msg("remember: mom prefers calls")) == "noted"
+    tool_msg = next(m for m in fake.last_request.messages if m["role"] == "tool")
+    assert tool_msg["content"] == "stored #1: (person) mom: prefers calls over texts"
+    await agent(msg("/new"))
+    fake.push(ToolCalls([Call("memory_recall", {"query": "mom texts"}, id="c2")]), Reply("calls"))
+    assert await agent(msg("how should I reach mom?")) == "calls"
+    first = fake.requests[-2].messages
+    system = first[0]["content"]
+    assert "[memory]\n- (person) mom: prefers calls over texts" in system
+    assert PRECEDENCE in system
+    assert [m["role"] for m in first] == ["system", "user"]  # /new wiped history, not memory
+    recalled = next(m for m in fake.last_request.messages if m["role"] == "tool")["content"]
+    assert recalled.startswith("#1 (person) mom: prefers calls over texts (")
+    status = await agent(msg("/status"))
+    assert "memory (builtin): 0 fact, 0 preference, 1 person" in status
+
+
+async def test_forget_tool_and_bad_input_are_results_not_crashes(
+    fake: FakeOpenAI, setup: Any
+) -> None:
+    agent, parts, _ = await setup()
+    await parts.memory.store("fact", "car", "drives a red van")
+    fake.push(
+        ToolCalls([Call("memory_store", {"kind": "mood", "subject": "x", "content": "y"}, id="a"),
+                   Call("memory_forget", {}, id="b")]),
+        ToolCalls([Call("memory_forget", {"id": "abc"}, id="c"),
+                   Call("memory_recall", {"query": 'NEAR( "*'}, id="d"),
+                   Call("memory_forget", {"id": 1}, id="e")]),
+        Reply("done"),
+    )
+    assert await agent(msg("clean up")) == "done"
+    results = {m["tool_call_id"]: m["content"]  # older results collapse, so read both rounds
+               for r in fake.requests[-2:] for m in r.messages
+               if m["role"] == "tool" and not m["content"].startswith("[tool ")}
+    assert results["a"].startswith("error: kind must be one of")
+    assert results["b"].startswith("error: give 'id'")
+    assert results["c"].startswith("error: id must be a number")
+    assert results["d"] == "no memories match 'NEAR( \"*'"
+    assert results["e"] == f"deleted 1:\n#1 (fact) car: drives a red van ({results['e'][-11:-1]})"
+    assert await parts.memory.recall("van") == []
+
+
+async def test_hydration_counts_in_the_budget(fake: FakeOpenAI, setup: Any) -> None:
+    agent, parts, _ = await setup()
+    for i in range(40):
+        await parts.memory.store("fact", f"s{i}", "x" * 200 + f" {i}")
+    await agent(msg("a" * 1000))
+    await agent(msg("b" * 1000))
+    sent = fake.last_request.messages
+    system = sent[0]["content"]
+    assert system.count("\n- (fact)") == 30  # the block is capped
+    # the block (~6.5k chars ≈ 1.6k tokens est.) leaves no room for old turns under 2k tokens
+    assert [m["role"] for m in sent] == ["system", "user"]
+
+
+async def test_disabled_means_nothing(fake: FakeOpenAI, setup: Any) -> None:
+    agent, parts, registry = await setup(MEMORY_ENABLED="false")
+    assert len(registry) == 0 and parts.memory_block is None and parts.tasks == []
+    assert parts.status_lines == []
+    await agent(msg("hello"))
+    assert fake.last_request.messages[0]["content"] == "You are Tim."
+    assert "tools" not in fake.last_request.body
+
+
+async def test_consolidation_task_only_when_enabled(setup: Any) -> None:
+    _, on, _ = await setup()
+    _, off, _ = await setup(MEMORY_CONSOLIDATE_MINUTES="0")
+    assert len(on.tasks) == 1 and off.tasks == []
+
+
+async def test_mcp_backend_without_its_server_stops_boot(setup: Any) -> None:
+    with pytest.raises(ValueError, match=r"MEMORY_BACKEND=mcp:mem needs MCP servers.*builtin"):
+        await setup(MEMORY_BACKEND="mcp:mem")
