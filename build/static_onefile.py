@@ -85,12 +85,95 @@ INSPECT_LEAN = """    {
     }
 """
 
-CRC_LINE = "uint32_t existing_file_checksum = getFileCRC32(target_path);"
-SIZE_CHECK = (
-    "struct stat gantry_st; uint32_t existing_file_checksum = "
-    "(stat(target_path, &gantry_st) == 0 && "
-    "(unsigned long long)gantry_st.st_size == file_size) ? contained_file_checksum : 0;"
+# The onefile bootstrap: build/gantry_bootstrap.c goes in after the includes, and these calls
+# of the stock code are routed through it (needle -> replacement, each needle exactly once).
+BOOTSTRAP_C = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gantry_bootstrap.c")
+BOOTSTRAP_ANCHOR = '#include "nuitka/tracing.h"\n'
+BOOTSTRAP_PATCHES = (
+    # Errors on the way to a running program: one gantry line, exit 1, staging removed.
+    ("static void fatalIOError(char const *message, error_code_t error_code) {\n"
+     "    printOSErrorMessage(message, error_code);\n    exit(2);\n}",
+     "static void fatalIOError(char const *message, error_code_t error_code) {\n"
+     "    (void)message;\n    gantry_die_errno(error_code, \"unpack to\");\n}"),
+    ("static void fatalErrorChild(char const *message, error_code_t error_code) "
+     "{ fatalIOError(message, error_code); }",
+     "static void fatalErrorChild(char const *message, error_code_t error_code) "
+     "{\n    (void)message;\n    gantry_exec_failed(error_code);\n}"),
+    ("    fprintf(stderr, \"Error, failed to open '\" FILENAME_FORMAT_STR \"' for writing.\\n\", "
+     "filename);\n    exit(2);",
+     "    (void)filename;\n    gantry_die_errno(errno, \"write to\");"),
+    # Open and verify the extraction dir, or stage a first start privately.
+    ('    NUITKA_PRINT_TIMING("ONEFILE: Entering decompression.");\n',
+     '    gantry_prepare(payload_path);\n    NUITKA_PRINT_TIMING("ONEFILE: Entering decompression.");\n'),
+    # Cached start: a file of the right size in the verified dir is trusted, not CRC32'd.
+    ("uint32_t existing_file_checksum = getFileCRC32(target_path);",
+     "uint32_t existing_file_checksum = gantry_is_current(target_path, file_size) "
+     "? contained_file_checksum : ~contained_file_checksum;"),
+    ("target_file = createFileForWritingChecked(target_path);",
+     "target_file = gantry_create(target_path);"),
+    ("            if (closeFile(target_file) == false) {\n"
+     "                fatalErrorTempFiles();\n            }\n",
+     "            gantry_close(target_file, target_path);\n"),
+    ("            unlink(target_path);\n"
+     "            if (symlink(link_target_path, target_path) != 0) {\n"
+     "                fatalErrorTempFileCreate(target_path);\n            }\n",
+     "            gantry_symlink(link_target_path, target_path);\n"),
+    ("mkdir(path, 0700) == 0", "mkdir(path, 0755) == 0"),
+    # Move the complete staging dir into place before the program is started from it.
+    ('    NUITKA_PRINT_TIMING("ONEFILE: Finishing decompression, cleanup payload.");\n',
+     "    gantry_finish(payload_path, first_filename);\n"
+     '    NUITKA_PRINT_TIMING("ONEFILE: Finishing decompression, cleanup payload.");\n'),
+    # SIGHUP (persona reload), SIGUSR1/2: forwarded to the program.
+    ("            sigaction(SIGTERM, &sa, NULL);\n",
+     "            sigaction(SIGTERM, &sa, NULL);\n            gantry_install_forwarding();\n"),
 )
+# The program: Nuitka turns its own directory into a wide string through the process locale
+# (newlocale(LC_CTYPE, "") then C.UTF-8) and abort()s when no locale loads: with LANG=C.UTF-8
+# in a root without locale files (distroless) every start died with SIGABRT, silently. The
+# region below is replaced by a locale-free UTF-8 decoder that maps undecodable bytes the way
+# Python's UTF-8 mode does (surrogateescape), so paths decode the same under any locale.
+LOCALE_START = "    // On other platforms (e.g. Linux) filesystem paths are typically UTF-8,\n"
+LOCALE_END = "    if (!converted) {\n        abort();\n    }\n"
+UTF8_DECODE = """    /* gantry (build/static_onefile.py): decode UTF-8 without any locale. */
+    unsigned char const *s = (unsigned char const *)source;
+    while (*s != 0) {
+        unsigned int c = *s;
+        int extra = c >= 0xF0 && c <= 0xF4 ? 3 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xC2 && c <= 0xDF ? 1 : 0;
+        unsigned int cp = extra == 3 ? (c & 0x07) : extra == 2 ? (c & 0x0F) : (c & 0x1F);
+        int i = 1;
+        for (; extra > 0 && i <= extra && (s[i] & 0xC0) == 0x80; i++) {
+            cp = (cp << 6) | (s[i] & 0x3F);
+        }
+        bool valid = extra > 0 && i == extra + 1 && !(extra == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) &&
+                     !(extra == 3 && (cp < 0x10000 || cp > 0x10FFFF));
+        if (c < 0x80) {
+            cp = c;
+            extra = 0;
+        } else if (!valid) {
+            cp = 0xDC00 + c; /* surrogateescape, as Python's UTF-8 mode */
+            extra = 0;
+        }
+        if (unlikely(buffer_size < 2)) {
+            abort();
+        }
+        *target++ = (wchar_t)cp;
+        buffer_size -= 1;
+        s += extra + 1;
+    }
+    *target = 0;
+"""
+# tmpfs allocates whole pages.
+PAGE = 4096
+
+
+def _payload_bytes(dist_dir: str) -> int:
+    """What unpacking the payload takes on a tmpfs: every file rounded up to whole pages."""
+    total = 0
+    for root, _dirs, files in os.walk(dist_dir):
+        for name in files:
+            size = os.lstat(os.path.join(root, name)).st_size
+            total += -(-size // PAGE) * PAGE
+    return total
 
 
 class GantryStaticOnefile(NuitkaPluginBase):
@@ -205,6 +288,15 @@ class GantryStaticOnefile(NuitkaPluginBase):
         with open(path, "w", encoding="utf-8") as f:
             f.write(code.replace(needle, replacement))
 
+    def _patch_region(self, path: str, start: str, end: str, replacement: str) -> None:
+        """Replace `start` ... `end` (each exactly once, in that order) in a Nuitka C file."""
+        with open(path, encoding="utf-8") as f:
+            code = f.read()
+        if code.count(start) != 1 or code.count(end) != 1 or code.index(start) > code.index(end):
+            self.sysexit(f"{path}: Nuitka's code changed; re-check this patch ({start!r})")
+        region = code[code.index(start):code.index(end) + len(end)]
+        self._patch(path, region, replacement)
+
     def onGeneratedSourceCode(self, source_dir: str, onefile: bool) -> None:
         """Two start-up patches, each measured (docs/packaging.md, "Start-up patches").
 
@@ -222,11 +314,30 @@ class GantryStaticOnefile(NuitkaPluginBase):
         """
         static = os.path.join(source_dir, "static_src")
         if onefile:
-            self._patch(os.path.join(static, "OnefileBootstrap.c"), CRC_LINE, SIZE_CHECK)
-            self.info("bootstrap: cached extraction checks sizes, not CRC32s")
+            self._patch_bootstrap(os.path.join(static, "OnefileBootstrap.c"))
         else:
             self._patch(os.path.join(static, "MainProgram.c"), INSPECT_CALL, INSPECT_LEAN)
             self.info("program: status/version start without importing inspect")
+            self._patch_region(os.path.join(static, "HelpersSafeStrings.c"), LOCALE_START,
+                               LOCALE_END, UTF8_DECODE)
+            self.info("program: paths decode as UTF-8 under any locale (no abort without one)")
+
+    def _patch_bootstrap(self, path: str) -> None:
+        """Insert build/gantry_bootstrap.c and route the stock unpack, error and signal code
+        through it (docs/packaging.md, "Where gantry unpacks and why it is safe")."""
+        dist_dir = os.path.dirname(getResultFullpath(onefile=False, real=True))
+        needed = _payload_bytes(dist_dir)
+        with open(BOOTSTRAP_C, encoding="utf-8") as f:
+            extra = f.read()
+        header = (
+            f"#define GANTRY_PAYLOAD_BYTES {needed}ULL\n"
+            '#define GANTRY_DOC "see docs/packaging.md (Where gantry unpacks)"\n'
+        )
+        self._patch(path, BOOTSTRAP_ANCHOR, BOOTSTRAP_ANCHOR + header + extra)
+        for needle, replacement in BOOTSTRAP_PATCHES:
+            self._patch(path, needle, replacement)
+        self.info(f"bootstrap: verified extraction dir, staged first start ({needed / 1e6:.1f} MB), "
+                  "clear /tmp errors, SIGHUP/USR1/USR2 forwarded")
 
     def onOnefileFinished(self, filename: str) -> None:
         if _has_interp(filename):
