@@ -13,7 +13,7 @@
  *   whatever this start had created.
  * - SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to the unpacked program (persona reload).
  *
- * GANTRY_PAYLOAD_BYTES and GANTRY_DOC are defined by the plugin right above this text.
+ * GANTRY_PAYLOAD_BYTES, GANTRY_PAYLOAD_FILES and GANTRY_DOC are defined by the plugin right above this text.
  */
 
 #include <fcntl.h>
@@ -84,13 +84,20 @@ static void gantry_die_errno(int error, char const *doing) {
     }
     if (error == ENOSPC || error == EDQUOT) {
         struct statvfs sv;
+        bool no_inodes = statvfs(gantry_parent, &sv) == 0 && sv.f_files > 0 && sv.f_favail == 0;
+        gantry_cleanup();
+        if (no_inodes) {
+            gantry_die("%s has no free inodes left: gantry unpacks %d files there (%llu MB) before it can run; "
+                       "give it more (tmpfs nr_inodes, or drop the limit), %s",
+                       gantry_parent, GANTRY_PAYLOAD_FILES, gantry_mb(GANTRY_PAYLOAD_BYTES), GANTRY_DOC);
+        }
         unsigned long long avail = 0;
         if (statvfs(gantry_parent, &sv) == 0) {
             avail = (unsigned long long)sv.f_bavail * sv.f_frsize;
         }
-        gantry_die("%s is too small: gantry needs %llu MB free there to unpack itself (%llu MB free now, "
-                   "counting what this start had written); give it more space (compose: tmpfs size=256m), %s",
-                   gantry_parent, gantry_mb(GANTRY_PAYLOAD_BYTES), gantry_mb(avail), GANTRY_DOC);
+        gantry_die("%s is too small: gantry needs %llu MB free there to unpack itself once per version, %llu MB "
+                   "are free; give it more space (compose: tmpfs: %s:rw,exec,size=256m), %s",
+                   gantry_parent, gantry_mb(GANTRY_PAYLOAD_BYTES), avail / 1000000ULL, gantry_parent, GANTRY_DOC);
     }
     if (error == EACCES || error == EPERM) {
         gantry_die("%s is not writable for uid %u, but gantry unpacks itself there before it can run; make it "

@@ -166,14 +166,16 @@ UTF8_DECODE = """    /* gantry (build/static_onefile.py): decode UTF-8 without a
 PAGE = 4096
 
 
-def _payload_bytes(dist_dir: str) -> int:
-    """What unpacking the payload takes on a tmpfs: every file rounded up to whole pages."""
-    total = 0
+def _payload_size(dist_dir: str) -> tuple[int, int]:
+    """What unpacking the payload takes on a tmpfs: (bytes, every file rounded up to whole
+    pages; number of files)."""
+    total = count = 0
     for root, _dirs, files in os.walk(dist_dir):
         for name in files:
             size = os.lstat(os.path.join(root, name)).st_size
             total += -(-size // PAGE) * PAGE
-    return total
+            count += 1
+    return total, count
 
 
 class GantryStaticOnefile(NuitkaPluginBase):
@@ -326,11 +328,12 @@ class GantryStaticOnefile(NuitkaPluginBase):
         """Insert build/gantry_bootstrap.c and route the stock unpack, error and signal code
         through it (docs/packaging.md, "Where gantry unpacks and why it is safe")."""
         dist_dir = os.path.dirname(getResultFullpath(onefile=False, real=True))
-        needed = _payload_bytes(dist_dir)
+        needed, files = _payload_size(dist_dir)
         with open(BOOTSTRAP_C, encoding="utf-8") as f:
             extra = f.read()
         header = (
             f"#define GANTRY_PAYLOAD_BYTES {needed}ULL\n"
+            f"#define GANTRY_PAYLOAD_FILES {files}\n"
             '#define GANTRY_DOC "see docs/packaging.md (Where gantry unpacks)"\n'
         )
         self._patch(path, BOOTSTRAP_ANCHOR, BOOTSTRAP_ANCHOR + header + extra)
