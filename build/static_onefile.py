@@ -104,7 +104,8 @@ BOOTSTRAP_PATCHES = (
      "    (void)filename;\n    gantry_die_errno(errno, \"write to\");"),
     # Open and verify the extraction dir, or stage a first start privately.
     ('    NUITKA_PRINT_TIMING("ONEFILE: Entering decompression.");\n',
-     '    gantry_prepare(payload_path);\n    NUITKA_PRINT_TIMING("ONEFILE: Entering decompression.");\n'),
+     '    gantry_prepare(payload_path);\n'
+     '    NUITKA_PRINT_TIMING("ONEFILE: Entering decompression.");\n'),
     # Cached start: a file of the right size in the verified dir is trusted, not CRC32'd.
     ("uint32_t existing_file_checksum = getFileCRC32(target_path);",
      "uint32_t existing_file_checksum = gantry_is_current(target_path, file_size) "
@@ -138,18 +139,30 @@ UTF8_DECODE = """    /* gantry (build/static_onefile.py): decode UTF-8 without a
     unsigned char const *s = (unsigned char const *)source;
     while (*s != 0) {
         unsigned int c = *s;
-        int extra = c >= 0xF0 && c <= 0xF4 ? 3 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xC2 && c <= 0xDF ? 1 : 0;
-        unsigned int cp = extra == 3 ? (c & 0x07) : extra == 2 ? (c & 0x0F) : (c & 0x1F);
+        int extra = 0;
+        unsigned int cp = c;
+        if (c >= 0xC2 && c <= 0xDF) {
+            extra = 1;
+            cp = c & 0x1F;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            extra = 2;
+            cp = c & 0x0F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            extra = 3;
+            cp = c & 0x07;
+        }
         int i = 1;
-        for (; extra > 0 && i <= extra && (s[i] & 0xC0) == 0x80; i++) {
+        for (; i <= extra && (s[i] & 0xC0) == 0x80; i++) {
             cp = (cp << 6) | (s[i] & 0x3F);
         }
-        bool valid = extra > 0 && i == extra + 1 && !(extra == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) &&
-                     !(extra == 3 && (cp < 0x10000 || cp > 0x10FFFF));
-        if (c < 0x80) {
-            cp = c;
-            extra = 0;
-        } else if (!valid) {
+        bool valid = i == extra + 1;
+        if (extra == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) {
+            valid = false;
+        }
+        if (extra == 3 && (cp < 0x10000 || cp > 0x10FFFF)) {
+            valid = false;
+        }
+        if (c >= 0x80 && (extra == 0 || !valid)) {
             cp = 0xDC00 + c; /* surrogateescape, as Python's UTF-8 mode */
             extra = 0;
         }
@@ -339,8 +352,8 @@ class GantryStaticOnefile(NuitkaPluginBase):
         self._patch(path, BOOTSTRAP_ANCHOR, BOOTSTRAP_ANCHOR + header + extra)
         for needle, replacement in BOOTSTRAP_PATCHES:
             self._patch(path, needle, replacement)
-        self.info(f"bootstrap: verified extraction dir, staged first start ({needed / 1e6:.1f} MB), "
-                  "clear /tmp errors, SIGHUP/USR1/USR2 forwarded")
+        self.info(f"bootstrap: verified extraction dir, staged first start "
+                  f"({needed / 1e6:.1f} MB), clear /tmp errors, SIGHUP/USR1/USR2 forwarded")
 
     def onOnefileFinished(self, filename: str) -> None:
         if _has_interp(filename):

@@ -257,7 +257,8 @@ def test_too_small_tmp_says_how_much_is_needed(
         m = re.search(r"needs (\d+) MB free", r.stderr)
         assert m, r.stderr
         needed = int(m.group(1))
-        assert build_record["payload_bytes"] / 1e6 <= needed <= build_record["payload_bytes"] / 1e6 * 1.1
+        payload_mb = build_record["payload_bytes"] / 1e6
+        assert payload_mb <= needed <= payload_mb * 1.1
         assert list(tmp.iterdir()) == []
     roomy = small_tmpfs(f"size={needed + 2}m")
     ok = sandbox.run([INSTALL_PATH, "version"], tmp=roomy)
