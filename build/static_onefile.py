@@ -21,7 +21,8 @@ standalone dist is complete, the onefile payload not yet packed):
 4. strips the symbol tables of the extension modules and libraries Nuitka copied in.
 
 ``decideCompilation`` keeps ``BYTECODE_PACKAGES`` as bytecode, and ``onGeneratedSourceCode``
-patches the bootstrap's cached-extraction check (see there).
+patches Nuitka's C: the bootstrap's extraction (build/gantry_bootstrap.c), errors and signals,
+the program's start-up and its locale-dependent path decoding (see there).
 
 ``onOnefileFinished`` then checks the result has no ``PT_INTERP`` (i.e. is static).
 """
@@ -313,19 +314,21 @@ class GantryStaticOnefile(NuitkaPluginBase):
         self._patch(path, region, replacement)
 
     def onGeneratedSourceCode(self, source_dir: str, onefile: bool) -> None:
-        """Two start-up patches, each measured (docs/packaging.md, "Start-up patches").
+        """Patches of Nuitka's C (docs/packaging.md, "Start-up patches").
 
         The program: Nuitka imports and patches `inspect` before any user code, on every
         start (about 40 stdlib modules, a third of a `gantry status`); the healthcheck
         commands never use generators or inspect, so for them it is skipped. `run`, and
-        `version --import-times` (which measures imports as `run` sees them), keep it.
+        `version --import-times` (which measures imports as `run` sees them), keep it. And
+        its own path is decoded as UTF-8 without a locale (Nuitka abort()s when the locale
+        named by LANG/LC_* does not load, as in distroless).
 
-        The onefile bootstrap, cached mode: trust an extracted file whose size matches
-        instead of CRC32ing it. Nuitka 4.3.3 reads every extracted file back on every start
-        (Nuitka issue #4028): tens of ms and tens of MB of RSS on each `gantry status`. With
-        --onefile-as-archive each file is its own zstd frame of known length, so a trusted
-        file is jumped over, never inflated. The extraction dir is per version and 0700; a
-        file cut short by a crash mid-extraction has the wrong size and is rewritten.
+        The onefile bootstrap (build/gantry_bootstrap.c, see _patch_bootstrap): the fixed
+        extraction dir is used only when it is verifiably ours (or root's); a first start
+        unpacks privately and renames into place; a cached start trusts a file whose size
+        matches instead of CRC32ing it (Nuitka issue #4028: tens of ms and MB on every
+        `gantry status`), and with --onefile-as-archive jumps over its zstd frame; /tmp
+        mistakes get one clear line and exit 1; SIGHUP/USR1/USR2 reach the program.
         """
         static = os.path.join(source_dir, "static_src")
         if onefile:
