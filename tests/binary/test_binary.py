@@ -338,17 +338,23 @@ def test_version_status_and_stdio_run_under_any_environment(
     assert version.stdout.startswith(f"gantry {build_record['version']}\n"), version.stdout
     assert version.stderr == ""
 
-    status = sandbox.run([INSTALL_PATH, "status"], env={"DATA_DIR": "/data", **extra}, uid=uid,
-                         tmp=tmp, data=data)
-    assert status.returncode == 1 and "no database" in status.stdout, status
+    def status() -> subprocess.CompletedProcess[str]:
+        return sandbox.run([INSTALL_PATH, "status"], env={"DATA_DIR": "/data", **extra},
+                           uid=uid, tmp=tmp, data=data)
+
+    never_ran = status()
+    assert never_ran.returncode == 1 and "no database" in never_ran.stdout, never_ran
 
     run = start({**_run_env(fake_openai.base_url), **extra}, data=data, uid=uid, tmp=tmp)
     run.send("héllo wörld ✓ 日本")
     run.expect("echo: héllo wörld ✓ 日本\n")
     assert fake_openai.last_request.last_user_text == "héllo wörld ✓ 日本"
-    status = sandbox.run([INSTALL_PATH, "status"], env={"DATA_DIR": "/data", **extra}, uid=uid,
-                         tmp=tmp, data=data)
-    assert status.returncode == 0 and status.stdout.startswith("healthy:"), status
+    deadline = time.monotonic() + WAIT
+    while (healthy := status()).returncode != 0 and time.monotonic() < deadline:
+        assert run.proc.poll() is None, run.stderr[-3000:]
+        time.sleep(0.5)
+    assert healthy.returncode == 0 and healthy.stdout.startswith("healthy:"), healthy
+    assert healthy.stderr == ""
     run.close_stdin()
     assert run.wait(STOP_WAIT) == 0, run.stderr[-3000:]
     assert "Traceback" not in run.stderr and "locale" not in run.stderr.lower(), run.stderr

@@ -149,10 +149,11 @@ def test_ten_simultaneous_first_starts(sandbox: Sandbox, reference: Path, name: 
     """A healthcheck racing `run`, times five: every start works, one complete copy results,
     and no staging dir is left."""
     tmp = sandbox.new_tmp_dir("tmp-race")
+    data = sandbox.new_data_dir("data-race")
     procs = [
         subprocess.Popen(
             sandbox.command([INSTALL_PATH, "version"] if i % 2 else [INSTALL_PATH, "status"],
-                            env={"DATA_DIR": "/data"}, tmp=tmp),
+                            env={"DATA_DIR": "/data"}, tmp=tmp, data=data),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         for i in range(10)
