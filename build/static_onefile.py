@@ -134,6 +134,8 @@ BOOTSTRAP_PATCHES = (
 # in a root without locale files (distroless) every start died with SIGABRT, silently. The
 # region below is replaced by a locale-free UTF-8 decoder that maps undecodable bytes the way
 # Python's UTF-8 mode does (surrogateescape), so paths decode the same under any locale.
+HELPERS_C = "CompiledCodeHelpers.c"
+SAFE_STRINGS_C = "HelpersSafeStrings.c"
 LOCALE_START = "    // On other platforms (e.g. Linux) filesystem paths are typically UTF-8,\n"
 LOCALE_END = "    if (!converted) {\n        abort();\n    }\n"
 UTF8_DECODE = """    /* gantry (build/static_onefile.py): decode UTF-8 without any locale. */
@@ -336,9 +338,29 @@ class GantryStaticOnefile(NuitkaPluginBase):
         else:
             self._patch(os.path.join(static, "MainProgram.c"), INSPECT_CALL, INSPECT_LEAN)
             self.info("program: status/version start without importing inspect")
-            self._patch_region(os.path.join(static, "HelpersSafeStrings.c"), LOCALE_START,
-                               LOCALE_END, UTF8_DECODE)
-            self.info("program: paths decode as UTF-8 under any locale (no abort without one)")
+            self._patch_program_paths(static)
+
+    def _patch_program_paths(self, static: str) -> None:
+        """The locale-free UTF-8 decoder in the program's HelpersSafeStrings.c.
+
+        That file is not linked into the build's static_src: it is included by
+        CompiledCodeHelpers.c, itself included by CompiledFunctionType.c (which is). So both
+        go into static_src/gantry/ (not scanned as sources: only static_src's own *.c are),
+        and CompiledFunctionType.c includes the copy, whose own includes then find the
+        patched HelpersSafeStrings.c next to it first and everything else in Nuitka's dir.
+        """
+        from nuitka.build.SconsInterface import getSconsDataPath
+
+        nuitka_static = os.path.join(getSconsDataPath(), "static_src")
+        own = os.path.join(static, "gantry")
+        os.makedirs(own, exist_ok=True)
+        for name in (HELPERS_C, SAFE_STRINGS_C):
+            shutil.copyfile(os.path.join(nuitka_static, name), os.path.join(own, name))
+        self._patch_region(os.path.join(own, SAFE_STRINGS_C), LOCALE_START, LOCALE_END,
+                           UTF8_DECODE)
+        self._patch(os.path.join(static, "CompiledFunctionType.c"), f'#include "{HELPERS_C}"',
+                    f'#include "gantry/{HELPERS_C}"')
+        self.info("program: paths decode as UTF-8 under any locale (no abort without one)")
 
     def _patch_bootstrap(self, path: str) -> None:
         """Insert build/gantry_bootstrap.c and route the stock unpack, error and signal code
