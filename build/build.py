@@ -126,7 +126,9 @@ def nuitka_command(
 ) -> list[str]:
     """The Nuitka invocation (kept in one place; docs/packaging.md explains each option)."""
     cmd = [
-        python, "-m", "nuitka",
+        # -X utf8: Nuitka gives the program the compiling interpreter's UTF-8 mode, so gantry
+        # reads and writes UTF-8 whatever LANG/LC_* say (and whether or not a locale loads).
+        python, "-X", "utf8", "-m", "nuitka",
         "--mode=onefile",
         f"--user-plugin={PLUGIN}",
         f"--onefile-tempdir-spec={spec}",

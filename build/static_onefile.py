@@ -21,7 +21,8 @@ standalone dist is complete, the onefile payload not yet packed):
 4. strips the symbol tables of the extension modules and libraries Nuitka copied in.
 
 ``decideCompilation`` keeps ``BYTECODE_PACKAGES`` as bytecode, and ``onGeneratedSourceCode``
-patches the bootstrap's cached-extraction check (see there).
+patches Nuitka's C: the bootstrap's extraction (build/gantry_bootstrap.c), errors and signals,
+the program's start-up and its locale-dependent path decoding (see there).
 
 ``onOnefileFinished`` then checks the result has no ``PT_INTERP`` (i.e. is static).
 """
@@ -85,12 +86,112 @@ INSPECT_LEAN = """    {
     }
 """
 
-CRC_LINE = "uint32_t existing_file_checksum = getFileCRC32(target_path);"
-SIZE_CHECK = (
-    "struct stat gantry_st; uint32_t existing_file_checksum = "
-    "(stat(target_path, &gantry_st) == 0 && "
-    "(unsigned long long)gantry_st.st_size == file_size) ? contained_file_checksum : 0;"
+# The onefile bootstrap: build/gantry_bootstrap.c goes in after the includes, and these calls
+# of the stock code are routed through it (needle -> replacement, each needle exactly once).
+BOOTSTRAP_C = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gantry_bootstrap.c")
+BOOTSTRAP_ANCHOR = '#include "nuitka/tracing.h"\n'
+BOOTSTRAP_PATCHES = (
+    # Errors on the way to a running program: one gantry line, exit 1, staging removed.
+    ("static void fatalIOError(char const *message, error_code_t error_code) {\n"
+     "    printOSErrorMessage(message, error_code);\n    exit(2);\n}",
+     "static void fatalIOError(char const *message, error_code_t error_code) {\n"
+     "    (void)message;\n    gantry_die_errno(error_code, \"unpack to\");\n}"),
+    ("static void fatalErrorChild(char const *message, error_code_t error_code) "
+     "{ fatalIOError(message, error_code); }",
+     "static void fatalErrorChild(char const *message, error_code_t error_code) "
+     "{\n    (void)message;\n    gantry_exec_failed(error_code);\n}"),
+    ("    fprintf(stderr, \"Error, failed to open '\" FILENAME_FORMAT_STR \"' for writing.\\n\", "
+     "filename);\n    exit(2);",
+     "    (void)filename;\n    gantry_die_errno(errno, \"write to\");"),
+    # Open and verify the extraction dir, or stage a first start privately.
+    ('    NUITKA_PRINT_TIMING("ONEFILE: Entering decompression.");\n',
+     '    gantry_prepare(payload_path);\n'
+     '    NUITKA_PRINT_TIMING("ONEFILE: Entering decompression.");\n'),
+    # Cached start: a file of the right size in the verified dir is trusted, not CRC32'd.
+    ("uint32_t existing_file_checksum = getFileCRC32(target_path);",
+     "uint32_t existing_file_checksum = gantry_is_current(target_path, file_size) "
+     "? contained_file_checksum : ~contained_file_checksum;"),
+    ("target_file = createFileForWritingChecked(target_path);",
+     "target_file = gantry_create(target_path);"),
+    ("            if (closeFile(target_file) == false) {\n"
+     "                fatalErrorTempFiles();\n            }\n",
+     "            gantry_close(target_file, target_path);\n"),
+    ("            unlink(target_path);\n"
+     "            if (symlink(link_target_path, target_path) != 0) {\n"
+     "                fatalErrorTempFileCreate(target_path);\n            }\n",
+     "            gantry_symlink(link_target_path, target_path);\n"),
+    ("mkdir(path, 0700) == 0", "mkdir(path, 0755) == 0"),
+    # Move the complete staging dir into place before the program is started from it.
+    ('    NUITKA_PRINT_TIMING("ONEFILE: Finishing decompression, cleanup payload.");\n',
+     "    gantry_finish(payload_path, first_filename);\n"
+     '    NUITKA_PRINT_TIMING("ONEFILE: Finishing decompression, cleanup payload.");\n'),
+    # SIGHUP (persona reload), SIGUSR1/2: forwarded to the program.
+    ("            sigaction(SIGTERM, &sa, NULL);\n",
+     "            sigaction(SIGTERM, &sa, NULL);\n            gantry_install_forwarding();\n"),
 )
+# The program: Nuitka turns its own directory into a wide string through the process locale
+# (newlocale(LC_CTYPE, "") then C.UTF-8) and abort()s when no locale loads: with LANG=C.UTF-8
+# in a root without locale files (distroless) every start died with SIGABRT, silently. The
+# region below is replaced by a locale-free UTF-8 decoder that maps undecodable bytes the way
+# Python's UTF-8 mode does (surrogateescape), so paths decode the same under any locale.
+HELPERS_C = "CompiledCodeHelpers.c"
+SAFE_STRINGS_C = "HelpersSafeStrings.c"
+LOCALE_START = "    // On other platforms (e.g. Linux) filesystem paths are typically UTF-8,\n"
+LOCALE_END = "    if (!converted) {\n        abort();\n    }\n"
+UTF8_DECODE = """    /* gantry (build/static_onefile.py): decode UTF-8 without any locale. */
+    unsigned char const *s = (unsigned char const *)source;
+    while (*s != 0) {
+        unsigned int c = *s;
+        int extra = 0;
+        unsigned int cp = c;
+        if (c >= 0xC2 && c <= 0xDF) {
+            extra = 1;
+            cp = c & 0x1F;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            extra = 2;
+            cp = c & 0x0F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            extra = 3;
+            cp = c & 0x07;
+        }
+        int i = 1;
+        for (; i <= extra && (s[i] & 0xC0) == 0x80; i++) {
+            cp = (cp << 6) | (s[i] & 0x3F);
+        }
+        bool valid = i == extra + 1;
+        if (extra == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) {
+            valid = false;
+        }
+        if (extra == 3 && (cp < 0x10000 || cp > 0x10FFFF)) {
+            valid = false;
+        }
+        if (c >= 0x80 && (extra == 0 || !valid)) {
+            cp = 0xDC00 + c; /* surrogateescape, as Python's UTF-8 mode */
+            extra = 0;
+        }
+        if (unlikely(buffer_size < 2)) {
+            abort();
+        }
+        *target++ = (wchar_t)cp;
+        buffer_size -= 1;
+        s += extra + 1;
+    }
+    *target = 0;
+"""
+# tmpfs allocates whole pages.
+PAGE = 4096
+
+
+def _payload_size(dist_dir: str) -> tuple[int, int]:
+    """What unpacking the payload takes on a tmpfs: (bytes, every file rounded up to whole
+    pages; number of files)."""
+    total = count = 0
+    for root, _dirs, files in os.walk(dist_dir):
+        for name in files:
+            size = os.lstat(os.path.join(root, name)).st_size
+            total += -(-size // PAGE) * PAGE
+            count += 1
+    return total, count
 
 
 class GantryStaticOnefile(NuitkaPluginBase):
@@ -205,28 +306,79 @@ class GantryStaticOnefile(NuitkaPluginBase):
         with open(path, "w", encoding="utf-8") as f:
             f.write(code.replace(needle, replacement))
 
+    def _patch_region(self, path: str, start: str, end: str, replacement: str) -> None:
+        """Replace `start` ... `end` (each exactly once, in that order) in a Nuitka C file."""
+        with open(path, encoding="utf-8") as f:
+            code = f.read()
+        if code.count(start) != 1 or code.count(end) != 1 or code.index(start) > code.index(end):
+            self.sysexit(f"{path}: Nuitka's code changed; re-check this patch ({start!r})")
+        region = code[code.index(start):code.index(end) + len(end)]
+        self._patch(path, region, replacement)
+
     def onGeneratedSourceCode(self, source_dir: str, onefile: bool) -> None:
-        """Two start-up patches, each measured (docs/packaging.md, "Start-up patches").
+        """Patches of Nuitka's C (docs/packaging.md, "Start-up patches").
 
         The program: Nuitka imports and patches `inspect` before any user code, on every
         start (about 40 stdlib modules, a third of a `gantry status`); the healthcheck
         commands never use generators or inspect, so for them it is skipped. `run`, and
-        `version --import-times` (which measures imports as `run` sees them), keep it.
+        `version --import-times` (which measures imports as `run` sees them), keep it. And
+        its own path is decoded as UTF-8 without a locale (Nuitka abort()s when the locale
+        named by LANG/LC_* does not load, as in distroless).
 
-        The onefile bootstrap, cached mode: trust an extracted file whose size matches
-        instead of CRC32ing it. Nuitka 4.3.3 reads every extracted file back on every start
-        (Nuitka issue #4028): tens of ms and tens of MB of RSS on each `gantry status`. With
-        --onefile-as-archive each file is its own zstd frame of known length, so a trusted
-        file is jumped over, never inflated. The extraction dir is per version and 0700; a
-        file cut short by a crash mid-extraction has the wrong size and is rewritten.
+        The onefile bootstrap (build/gantry_bootstrap.c, see _patch_bootstrap): the fixed
+        extraction dir is used only when it is verifiably ours (or root's); a first start
+        unpacks privately and renames into place; a cached start trusts a file whose size
+        matches instead of CRC32ing it (Nuitka issue #4028: tens of ms and MB on every
+        `gantry status`), and with --onefile-as-archive jumps over its zstd frame; /tmp
+        mistakes get one clear line and exit 1; SIGHUP/USR1/USR2 reach the program.
         """
         static = os.path.join(source_dir, "static_src")
         if onefile:
-            self._patch(os.path.join(static, "OnefileBootstrap.c"), CRC_LINE, SIZE_CHECK)
-            self.info("bootstrap: cached extraction checks sizes, not CRC32s")
+            self._patch_bootstrap(os.path.join(static, "OnefileBootstrap.c"))
         else:
             self._patch(os.path.join(static, "MainProgram.c"), INSPECT_CALL, INSPECT_LEAN)
             self.info("program: status/version start without importing inspect")
+            self._patch_program_paths(static)
+
+    def _patch_program_paths(self, static: str) -> None:
+        """The locale-free UTF-8 decoder in the program's HelpersSafeStrings.c.
+
+        That file is not linked into the build's static_src: it is included by
+        CompiledCodeHelpers.c, itself included by CompiledFunctionType.c (which is). So both
+        go into static_src/gantry/ (not scanned as sources: only static_src's own *.c are),
+        and CompiledFunctionType.c includes the copy, whose own includes then find the
+        patched HelpersSafeStrings.c next to it first and everything else in Nuitka's dir.
+        """
+        from nuitka.build.SconsInterface import getSconsDataPath
+
+        nuitka_static = os.path.join(getSconsDataPath(), "static_src")
+        own = os.path.join(static, "gantry")
+        os.makedirs(own, exist_ok=True)
+        for name in (HELPERS_C, SAFE_STRINGS_C):
+            shutil.copyfile(os.path.join(nuitka_static, name), os.path.join(own, name))
+        self._patch_region(os.path.join(own, SAFE_STRINGS_C), LOCALE_START, LOCALE_END,
+                           UTF8_DECODE)
+        self._patch(os.path.join(static, "CompiledFunctionType.c"), f'#include "{HELPERS_C}"',
+                    f'#include "gantry/{HELPERS_C}"')
+        self.info("program: paths decode as UTF-8 under any locale (no abort without one)")
+
+    def _patch_bootstrap(self, path: str) -> None:
+        """Insert build/gantry_bootstrap.c and route the stock unpack, error and signal code
+        through it (docs/packaging.md, "Where gantry unpacks and why it is safe")."""
+        dist_dir = os.path.dirname(getResultFullpath(onefile=False, real=True))
+        needed, files = _payload_size(dist_dir)
+        with open(BOOTSTRAP_C, encoding="utf-8") as f:
+            extra = f.read()
+        header = (
+            f"#define GANTRY_PAYLOAD_BYTES {needed}ULL\n"
+            f"#define GANTRY_PAYLOAD_FILES {files}\n"
+            '#define GANTRY_DOC "see docs/packaging.md (Where gantry unpacks)"\n'
+        )
+        self._patch(path, BOOTSTRAP_ANCHOR, BOOTSTRAP_ANCHOR + header + extra)
+        for needle, replacement in BOOTSTRAP_PATCHES:
+            self._patch(path, needle, replacement)
+        self.info(f"bootstrap: verified extraction dir, staged first start "
+                  f"({needed / 1e6:.1f} MB), clear /tmp errors, SIGHUP/USR1/USR2 forwarded")
 
     def onOnefileFinished(self, filename: str) -> None:
         if _has_interp(filename):

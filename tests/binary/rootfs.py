@@ -8,9 +8,10 @@ keyed by the package versions, so only the first run downloads anything.
 
 ``Sandbox`` runs a command inside a copy of that rootfs the way the container runtime would:
 a private mount namespace (``unshare -m``), the root bind-mounted read-only, ``/data`` and
-``/tmp`` bind-mounted writable (``/tmp`` exec-allowed, mode 1777), ``/proc`` and a tiny
-``/dev``, then ``chroot --userspec=65532:65532`` with a clean environment that matches the
-image's (PATH, SSL_CERT_FILE, HOME). It needs root on the host (CI and dev boxes run as root).
+``/tmp`` bind-mounted writable (``/tmp`` exec-allowed, mode 1777, unless a test remounts it
+noexec or read-only), ``/proc`` and a tiny ``/dev``, then ``chroot --userspec=65532:65532`` with
+a clean environment that matches the image's (PATH, SSL_CERT_FILE, HOME; a test may drop any
+of them). It needs root on the host (CI and dev boxes run as root).
 
 Used by ``tests/binary`` and ``bench/binary.py``; the module has no pytest dependency.
 """
@@ -215,37 +216,57 @@ class Sandbox:
         # The binary and the rest of the root belong to root, as in the image.
         return cls(root=root, data=data, tmp=tmp)
 
-    def new_data_dir(self, name: str) -> Path:
-        """A fresh host directory owned by the image user, to mount at /data."""
+    def new_data_dir(self, name: str, uid: int = NONROOT_UID) -> Path:
+        """A fresh host directory owned by the image user (or `uid`), to mount at /data."""
         d = self.data.parent / name
         d.mkdir()
-        os.chown(d, NONROOT_UID, NONROOT_UID)
+        os.chown(d, uid, uid)
+        return d
+
+    def new_tmp_dir(self, name: str) -> Path:
+        """A fresh host directory (mode 1777) to mount at /tmp: a container's own /tmp."""
+        d = self.data.parent / name
+        d.mkdir()
+        d.chmod(0o1777)
         return d
 
     def command(
         self,
         argv: Sequence[str],
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, str | None] | None = None,
         uid: int = NONROOT_UID,
         cwd: str = "/data",
         binds: Mapping[str, Path] | None = None,
         data: Path | None = None,
+        tmp: Path | None = None,
+        tmp_options: str | None = None,
     ) -> list[str]:
-        """Host argv that runs ``argv`` inside the sandbox (use with subprocess)."""
+        """Host argv that runs ``argv`` inside the sandbox (use with subprocess).
+
+        ``env`` adds to the image's environment; a value of None removes that variable.
+        ``tmp`` is the host dir mounted at /tmp (default: the sandbox's shared one);
+        ``tmp_options`` remounts it, e.g. ``noexec`` or ``ro``.
+        """
         if os.geteuid() != 0:
             raise RootfsUnavailable("entering the rootfs needs root (unshare -m, mount, chroot)")
         full_env = dict(IMAGE_ENV)
-        full_env.update(env or {})
+        for key, value in (env or {}).items():
+            if value is None:
+                full_env.pop(key, None)
+            else:
+                full_env[key] = value
         r = shlex.quote(str(self.root))
         lines = [
             "set -e",
             f"mount --bind {r} {r}",
             f"mount -o remount,bind,ro {r}",
-            f"mount --bind {shlex.quote(str(self.tmp))} {r}/tmp",
+            f"mount --bind {shlex.quote(str(tmp or self.tmp))} {r}/tmp",
             f"mount --bind {shlex.quote(str(data or self.data))} {r}/data",
             f"mount -t proc -o nosuid,nodev,noexec proc {r}/proc",
             f"mount -t tmpfs -o nosuid,noexec,mode=755,size=64k tmpfs {r}/dev",
         ]
+        if tmp_options:
+            lines.append(f"mount -o remount,bind,{shlex.quote(tmp_options)} {r}/tmp")
         for dev in ("null", "zero", "full", "random", "urandom"):
             lines.append(f": > {r}/dev/{dev}; mount --bind /dev/{dev} {r}/dev/{dev}")
         lines.append(f"mount -o remount,ro,bind {r}/dev")
@@ -267,15 +288,18 @@ class Sandbox:
     def run(
         self,
         argv: Sequence[str],
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, str | None] | None = None,
         timeout: float = 60,
         input: str | None = None,
         uid: int = NONROOT_UID,
         binds: Mapping[str, Path] | None = None,
         data: Path | None = None,
+        tmp: Path | None = None,
+        tmp_options: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            self.command(argv, env=env, uid=uid, binds=binds, data=data),
+            self.command(argv, env=env, uid=uid, binds=binds, data=data, tmp=tmp,
+                         tmp_options=tmp_options),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -285,15 +309,18 @@ class Sandbox:
     def popen(
         self,
         argv: Sequence[str],
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, str | None] | None = None,
         uid: int = NONROOT_UID,
         binds: Mapping[str, Path] | None = None,
         data: Path | None = None,
+        tmp: Path | None = None,
+        tmp_options: str | None = None,
     ) -> subprocess.Popen[bytes]:
         """Started the way a runtime starts PID 1: the returned pid IS gantry's bootstrap
         (unshare, sh and the entering python all exec in place), so signals go straight to it."""
         return subprocess.Popen(
-            self.command(argv, env=env, uid=uid, binds=binds, data=data),
+            self.command(argv, env=env, uid=uid, binds=binds, data=data, tmp=tmp,
+                         tmp_options=tmp_options),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -7,6 +7,7 @@ the image's CA bundle, and resolves time zones from the image's tzdata.
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import signal
 import ssl
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.binary.conftest import ROOT
-from tests.binary.rootfs import CA_BUNDLE, INSTALL_PATH, Sandbox
+from tests.binary.rootfs import CA_BUNDLE, INSTALL_PATH, NONROOT_UID, Sandbox
 from tests.fakes.pki import PKI
 from tests.procs import ChildIO
 
@@ -74,9 +75,10 @@ class Running(ChildIO):
 def start(sandbox: Sandbox, binds: dict[str, Path]) -> Iterator[Any]:
     started: list[Running] = []
 
-    def _start(env: Mapping[str, str], data: Path | None = None,
-               extra_binds: Mapping[str, Path] | None = None) -> Running:
-        proc = sandbox.popen([INSTALL_PATH, "run"], env=env, data=data,
+    def _start(env: Mapping[str, str | None], data: Path | None = None,
+               extra_binds: Mapping[str, Path] | None = None, uid: int = NONROOT_UID,
+               tmp: Path | None = None) -> Running:
+        proc = sandbox.popen([INSTALL_PATH, "run"], env=env, data=data, uid=uid, tmp=tmp,
                              binds={**binds, **(extra_binds or {})})
         r = Running(proc)
         started.append(r)
@@ -305,6 +307,86 @@ def test_telegram_run_is_healthy_and_stops_cleanly_on_sigterm(
         assert run.stdout == ""
     finally:
         tg.stop()
+
+
+def test_sighup_to_the_bootstrap_reloads_the_persona(
+    sandbox: Sandbox, start: Any, fake_openai: Any
+) -> None:
+    """`docker kill -s HUP`, `systemctl reload`: the signal reaches the bootstrap, which
+    forwards it to the program and keeps running."""
+    run = start(_run_env(fake_openai.base_url), data=sandbox.new_data_dir("data-hup"))
+    run.send("before")
+    run.expect("echo: before\n")
+    assert run.stderr.count("persona loaded") == 1
+    run.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + WAIT
+    while run.stderr.count("persona loaded") < 2 and time.monotonic() < deadline:
+        assert run.proc.poll() is None, run.stderr[-3000:]
+        time.sleep(0.1)
+    assert run.stderr.count("persona loaded") == 2, run.stderr[-3000:]
+    run.send("after")
+    run.expect("echo: after\n")
+    assert run.proc.poll() is None
+    assert run.stop(signal.SIGTERM) == 0, run.stderr[-3000:]
+    assert "gantry stopped" in run.stderr
+
+
+# ----------------------------------------------------------------------------- any environment
+
+# The image's environment (PATH, SSL_CERT_FILE) plus what real deployments add: locale
+# variables naming locales that do not exist in distroless (or at all), a TZ, no HOME or one
+# that is not there, an OpenShift-style uid with no passwd entry.
+LOCALES = ("C.UTF-8", "en_US.UTF-8", "POSIX", "xx_YY.bogus@nonsense")
+ENVIRONMENTS: dict[str, dict[str, str | None]] = {
+    **{f"{var}={value}": {var: value} for var in ("LANG", "LC_ALL", "LC_CTYPE")
+       for value in LOCALES},
+    "TZ=America/Los_Angeles": {"TZ": "America/Los_Angeles"},
+    "TZ=garbage": {"TZ": "Nowhere/Nothing"},
+    "HOME unset": {"HOME": None},
+    "HOME=/nonexistent": {"HOME": "/nonexistent"},
+    "LC_ALL=en_US.UTF-8, no HOME, uid 1000650000": {"LC_ALL": "en_US.UTF-8", "HOME": None},
+}
+NO_PASSWD_UID = 1000650000
+
+
+@pytest.mark.parametrize("extra", ENVIRONMENTS.values(), ids=ENVIRONMENTS.keys())
+def test_version_status_and_stdio_run_under_any_environment(
+    sandbox: Sandbox, start: Any, fake_openai: Any, build_record: dict[str, str],
+    extra: dict[str, str | None], request: pytest.FixtureRequest,
+) -> None:
+    """Same output, UTF-8 in and out, no abort, whatever the locale variables say."""
+    case = request.node.callspec.id
+    uid = NO_PASSWD_UID if "uid" in case else NONROOT_UID
+    tag = re.sub(r"[^A-Za-z0-9]+", "-", case)
+    # Its own /tmp, as its own container would have (a uid may not share another's unpack).
+    tmp = sandbox.new_tmp_dir(f"tmp-env-{tag}") if uid != NONROOT_UID else None
+    data = sandbox.new_data_dir(f"data-env-{tag}", uid=uid)
+
+    version = sandbox.run([INSTALL_PATH, "version"], env=extra, uid=uid, tmp=tmp, timeout=120)
+    assert version.returncode == 0, version
+    assert version.stdout.startswith(f"gantry {build_record['version']}\n"), version.stdout
+    assert version.stderr == ""
+
+    def status() -> subprocess.CompletedProcess[str]:
+        return sandbox.run([INSTALL_PATH, "status"], env={"DATA_DIR": "/data", **extra},
+                           uid=uid, tmp=tmp, data=data)
+
+    never_ran = status()
+    assert never_ran.returncode == 1 and "no database" in never_ran.stdout, never_ran
+
+    run = start({**_run_env(fake_openai.base_url), **extra}, data=data, uid=uid, tmp=tmp)
+    run.send("héllo wörld ✓ 日本")
+    run.expect("echo: héllo wörld ✓ 日本\n")
+    assert fake_openai.last_request.last_user_text == "héllo wörld ✓ 日本"
+    deadline = time.monotonic() + WAIT
+    while (healthy := status()).returncode != 0 and time.monotonic() < deadline:
+        assert run.proc.poll() is None, run.stderr[-3000:]
+        time.sleep(0.5)
+    assert healthy.returncode == 0 and healthy.stdout.startswith("healthy:"), healthy
+    assert healthy.stderr == ""
+    run.close_stdin()
+    assert run.wait(STOP_WAIT) == 0, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr and "locale" not in run.stderr.lower(), run.stderr
 
 
 # ----------------------------------------------------------------------------- TLS
