@@ -110,6 +110,16 @@ async def _heartbeat(conn: Any) -> None:
         await anyio.sleep(heartbeat.INTERVAL)
 
 
+def _mark_stopped(conn: Any) -> None:
+    """Leave the "stopped" mark so `gantry status` fails at once instead of after 60 s."""
+    from gantry import heartbeat
+
+    try:
+        heartbeat.mark_stopped(conn)
+    except Exception:
+        log.exception("could not mark the heartbeat stopped")
+
+
 async def _signals(
     tg: TaskGroup, receive: anyio.CancelScope, agent: Any, turns: Turns, persona: PersonaHolder
 ) -> None:
@@ -177,7 +187,7 @@ async def serve(cfg: Config) -> None:
     )
 
     def ready() -> None:
-        sdnotify.notify("READY=1")
+        sdnotify.notify("READY=1\nSTATUS=" + sdnotify.status_line(channel.name))
         log.info("receiving", extra={"channel": channel.name})
 
     try:
@@ -192,9 +202,10 @@ async def serve(cfg: Config) -> None:
                 await _drain(agent, turns)
                 tg.cancel_scope.cancel()
     finally:
-        sdnotify.notify("STOPPING=1")
+        sdnotify.notify("STOPPING=1\nSTATUS=stopping")
         with anyio.CancelScope(shield=True):
             await provider.aclose()
+        _mark_stopped(conn)
         conn.close()
         log.info("gantry stopped")
 
