@@ -12,6 +12,7 @@ Used by tests/binary/test_docker.py and tests/systemd; no pytest dependency.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -180,10 +181,8 @@ class DockerEngine:
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
                 self.remove_all_containers()
-            except (OSError, subprocess.SubprocessError):
-                pass
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(30)

@@ -95,7 +95,8 @@ def test_status_line_names_the_channel() -> None:
 
 
 def test_status_line_takes_counts_from_later_parts() -> None:
-    assert status_line("telegram", tools=12, servers=3) == "receiving on telegram; 12 tools, 3 servers"
+    line = status_line("telegram", tools=12, servers=3)
+    assert line == "receiving on telegram; 12 tools, 3 servers"
 
 
 @given(st.text(max_size=40), st.dictionaries(st.from_regex(r"[a-z_]{1,12}", fullmatch=True),
@@ -135,7 +136,7 @@ def test_run_reports_ready_status_and_stopping(
         while not got or not got[-1].startswith("READY=1"):
             got.append(sock.recv(4096).decode())  # WATCHDOG=1 may come first
         assert got[-1] == "READY=1\nSTATUS=receiving on stdio"
-        out, err = proc.communicate(b"", timeout=30)
+        _out, err = proc.communicate(b"", timeout=30)
         assert proc.returncode == 0, err.decode()[-2000:]
         rest = []
         sock.settimeout(0.5)

@@ -218,7 +218,8 @@ def test_compose_config_accepts_compose_yml_with_the_sample_env(
     assert "read_only: true" in rendered
     assert "/tmp:rw,exec,nosuid,nodev,mode=1777,size=256m" in rendered
     assert "init: true" in rendered
-    assert f"{INSTALL_PATH}" in rendered and "status" in rendered
+    assert f"- {INSTALL_PATH}\n      - status" in rendered
+    assert f"LLM_API_KEY: {KEY}" in rendered  # the .env was read
 
 
 # ----------------------------------------------------------------------------- run
