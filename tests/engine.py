@@ -190,5 +190,17 @@ class DockerEngine:
                 os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: dockerd + containerd
                 self.proc.wait(10)
         self.proc = None
+        self._unmount_leftovers()
         # vfs layers are full copies: do not leave hundreds of MB behind in the temp dir.
         shutil.rmtree(self.workdir / "data", ignore_errors=True)
+
+    def _unmount_leftovers(self) -> None:
+        """Mounts a killed daemon can leave under its roots (netns files, container shm)."""
+        prefix = f"{self.workdir}/"
+        try:
+            lines = Path("/proc/self/mountinfo").read_text().splitlines()
+        except OSError:
+            return
+        points = [ln.split()[4].replace("\\040", " ") for ln in lines if len(ln.split()) > 4]
+        for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+            subprocess.run(["umount", "-l", point], capture_output=True, timeout=30)
