@@ -60,11 +60,13 @@ def systemd(session: nox.Session) -> None:
 
 @nox.session
 def ci(session: nox.Session) -> None:
-    """Everything CI checks, in order: lint, tests, build, binary smoke test."""
+    """Everything CI checks, in order: lint, tests, build, binary smoke test (chroot and Docker
+    engine), the systemd unit under a real systemd."""
     session.notify("lint")
     session.notify("tests")
     session.notify("build")
     session.notify("binary")
+    session.notify("systemd")
 
 
 @nox.session
