@@ -101,7 +101,8 @@ def project(tmp_path: Path, fake_model: Any) -> Path:
     proj = tmp_path / "project"
     proj.mkdir()
     shutil.copy(ROOT / "compose.yml", proj / "compose.yml")
-    shutil.copytree(ROOT / "deploy", proj / "deploy", ignore=shutil.ignore_patterns(".gitkeep"))
+    shutil.copytree(ROOT / "deploy", proj / "deploy",
+                    ignore=shutil.ignore_patterns(".gitkeep", "gantry.db*"))
     os.chown(proj / "deploy" / "data", NONROOT_UID, NONROOT_UID)  # the README's chown step
     for p in [proj, *proj.rglob("*")]:
         p.chmod(p.stat().st_mode | 0o055)  # readable by uid 65532 inside
