@@ -1,4 +1,5 @@
-"""Every developer task: `nox -s ci` (what CI runs), `tests`, `lint`, `run`, `build`, `bench`."""
+"""Every developer task: `nox -s ci` (what CI runs), `tests`, `lint`, `run`, `build`, `binary`,
+`systemd`, `bench`."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def tests(session: nox.Session) -> None:
     """Unit and integration tests against a source install (binary tests skip)."""
     session.install("-e", ".[test]")
     install_npm_test_servers(session)
-    session.run("python", "-m", "pytest", "-m", "not binary", *session.posargs)
+    session.run("python", "-m", "pytest", "-m", "not binary and not systemd", *session.posargs)
 
 
 @nox.session
@@ -53,7 +54,8 @@ def build(session: nox.Session) -> None:
 
 @nox.session
 def binary(session: nox.Session) -> None:
-    """Smoke-test dist/gantry inside a distroless-like root filesystem (needs root)."""
+    """Smoke-test dist/gantry inside a distroless-like root filesystem and as an image in a
+    private Docker engine (needs root; tests/engine.py apt-installs docker.io if missing)."""
     if not DIST.exists():
         session.error("dist/gantry is missing: run `nox -s build` first")
     session.install("-e", ".[test]")
@@ -62,12 +64,25 @@ def binary(session: nox.Session) -> None:
 
 
 @nox.session
+def systemd(session: nox.Session) -> None:
+    """dist/gantry as deploy/systemd/gantry.service under a real systemd 252 (Debian bookworm,
+    debootstrapped once and cached in ~/.cache/gantry) in a private Docker engine."""
+    if not DIST.exists():
+        session.error("dist/gantry is missing: run `nox -s build` first")
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "pytest", "-m", "systemd", "tests/systemd", *session.posargs,
+                env={"GANTRY_REQUIRE_BINARY": "1"})
+
+
+@nox.session
 def ci(session: nox.Session) -> None:
-    """Everything CI checks, in order: lint, tests, build, binary smoke test."""
+    """Everything CI checks, in order: lint, tests, build, binary smoke test (chroot and Docker
+    engine), the systemd unit under a real systemd."""
     session.notify("lint")
     session.notify("tests")
     session.notify("build")
     session.notify("binary")
+    session.notify("systemd")
 
 
 @nox.session

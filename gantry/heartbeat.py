@@ -1,5 +1,8 @@
 """The heartbeat row: `run` writes it every 15 s, `status` judges its age read-only.
 
+A clean shutdown rewrites the row with pid 0 (no process has it): `status` then says "stopped"
+at once, and only a crash (no chance to write) is left to the age check.
+
 `check` is the container healthcheck: it imports only os, time and apsw (no pathlib, no
 gantry.db and its importlib.resources), because every millisecond is paid every few seconds.
 """
@@ -11,6 +14,7 @@ import time
 
 INTERVAL = 15.0
 DEFAULT_MAX_AGE = 60.0
+STOPPED_PID = 0
 
 
 def touch(conn: object, version: str, now: float | None = None) -> None:
@@ -21,6 +25,18 @@ def touch(conn: object, version: str, now: float | None = None) -> None:
         "pid = excluded.pid",
         (time.time() if now is None else now, version, os.getpid()),
     )
+
+
+def mark_stopped(conn: object, now: float | None = None) -> bool:
+    """Say in the row that this process stopped cleanly; True if the row was this process's.
+
+    Only our own row is rewritten: a second `run` on the same database keeps its mark.
+    """
+    conn.execute(  # type: ignore[attr-defined]
+        "UPDATE heartbeat SET ts = ?, pid = ? WHERE id = 1 AND pid = ?",
+        (time.time() if now is None else now, STOPPED_PID, os.getpid()),
+    )
+    return bool(conn.changes())  # type: ignore[attr-defined]
 
 
 def check(db_path: str | os.PathLike[str], max_age: float = DEFAULT_MAX_AGE) -> tuple[bool, str]:
@@ -47,6 +63,9 @@ def check(db_path: str | os.PathLike[str], max_age: float = DEFAULT_MAX_AGE) -> 
         return False, "unhealthy: no heartbeat row yet (gantry run has not finished booting)"
     ts, version, pid = row
     age = time.time() - float(ts)
+    if pid == STOPPED_PID:
+        return False, (f"unhealthy: gantry stopped cleanly {max(age, 0.0):.0f} s ago "
+                       f"(version {version}); start it again with `gantry run`")
     if age > max_age:
         stale = age - max_age
         return False, f"unhealthy: heartbeat stale by {stale:.0f} s (age {age:.0f} s, pid {pid})"

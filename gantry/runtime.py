@@ -113,6 +113,16 @@ async def _heartbeat(conn: Any) -> None:
         await anyio.sleep(heartbeat.INTERVAL)
 
 
+def _mark_stopped(conn: Any) -> None:
+    """Leave the "stopped" mark so `gantry status` fails at once instead of after 60 s."""
+    from gantry import heartbeat
+
+    try:
+        heartbeat.mark_stopped(conn)
+    except Exception:
+        log.exception("could not mark the heartbeat stopped")
+
+
 async def _signals(
     tg: TaskGroup, receive: anyio.CancelScope, agent: Any, turns: Turns, persona: PersonaHolder
 ) -> None:
@@ -226,7 +236,10 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
     )
 
     def ready() -> None:
-        sdnotify.notify("READY=1")
+        counts = {"tools": len(registry)}
+        if mcp_host is not None:
+            counts["MCP servers"] = len(mcp_host.names())
+        sdnotify.notify("READY=1\nSTATUS=" + sdnotify.status_line(channel.name, **counts))
         log.info("receiving", extra={"channel": channel.name})
 
     try:
@@ -247,11 +260,12 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
                 await _drain(agent, turns)
                 tg.cancel_scope.cancel()
     finally:
-        sdnotify.notify("STOPPING=1")
+        sdnotify.notify("STOPPING=1\nSTATUS=stopping")
         if mcp_host is not None:
             log.info("mcp tool telemetry", extra={"tools": mcp_host.telemetry()})
         with anyio.CancelScope(shield=True):
             await provider.aclose()
+        _mark_stopped(conn)
         conn.close()
         log.info("gantry stopped")
 

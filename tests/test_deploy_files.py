@@ -24,6 +24,7 @@ import yaml
 from gantry.config import REQUIRED, Config, defaults, env_name
 from tests.binary.rootfs import INSTALL_PATH as ROOTFS_INSTALL_PATH
 from tests.binary.rootfs import NONROOT_UID
+from tests.systemd import unit as systemd_unit
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -286,14 +287,7 @@ def test_k8s_secret_feeds_known_variables() -> None:
 
 
 def _unit() -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for line in (DEPLOY / "systemd" / "gantry.service").read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith(("#", ";", "[")):
-            continue
-        key, _, value = line.partition("=")
-        out.setdefault(key.strip(), []).append(value.strip())
-    return out
+    return systemd_unit.directives()
 
 
 def test_systemd_unit_is_hardened_notify_service() -> None:
@@ -311,6 +305,46 @@ def test_systemd_unit_is_hardened_notify_service() -> None:
     env = dict(e.split("=", 1) for e in u["Environment"])
     assert env["DATA_DIR"] in u["ReadWritePaths"][0].split()
     assert "AF_UNIX" in u["RestrictAddressFamilies"][0]  # the notify socket
+    # `systemctl reload` = SIGHUP to the bootstrap (MAINPID), which forwards it to the app.
+    assert u["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
+
+
+def test_systemd_unit_header_says_privatetmp_unpacks_every_start() -> None:
+    text = systemd_unit.UNIT.read_text()
+    comment = text[: text.index("PrivateTmp=yes")].rsplit("\n\n", 1)[-1]
+    assert "every start" in comment and "afresh" in comment
+    assert "once per version" not in text
+
+
+def test_systemd_documentation_is_what_the_install_steps_install() -> None:
+    """Every Documentation= file is put there by the header's install steps, from a file
+    that exists in the repository."""
+    docs = _unit()["Documentation"]
+    assert docs
+    steps = systemd_unit.install_steps()
+    installs = [shlex.split(s) for s in steps if s.startswith("install ") and " -t " in s]
+    installed: dict[str, Path] = {}
+    for words in installs:
+        target = words[words.index("-t") + 1]
+        for src in words[words.index("-t") + 2:]:
+            for path in sorted(ROOT.glob(src)):
+                installed[f"{target}/{path.name}"] = path
+    for uri in docs:
+        assert uri.startswith("file://"), uri
+        path = uri.removeprefix("file://")
+        assert path in installed, f"{uri} is not installed by the unit's install steps"
+        assert installed[path].is_file()
+
+
+def test_systemd_install_steps_use_files_of_the_repository() -> None:
+    steps = systemd_unit.install_steps()
+    assert steps[0] == f"install -m 0755 dist/gantry {INSTALL}"
+    assert steps[-1].endswith("systemctl enable --now gantry")
+    for rel in ("deploy/mcp.toml", "deploy/systemd/gantry.service", "README.md"):
+        assert any(rel in s for s in steps), rel
+        assert (ROOT / rel).exists()
+    unit = _unit()
+    assert "EnvironmentFile" in unit and any(unit["EnvironmentFile"][0] in s for s in steps)
 
 
 # ----------------------------------------------------------------------------- samples

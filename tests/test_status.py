@@ -136,3 +136,69 @@ def test_version_imports_are_lean() -> None:
     assert r.returncode == 0, r.stderr
     assert "HEAVY []" in r.stdout
     assert '"sqlite": "3.' in r.stdout
+
+
+# ----------------------------------------------------------------------------- stopped mark
+
+
+def test_clean_stop_is_unhealthy_at_once(tmp_path: Path) -> None:
+    path = _fresh_db(tmp_path)
+    conn = db.connect(path)
+    try:
+        assert heartbeat.mark_stopped(conn) is True
+    finally:
+        conn.close()
+    ok, line = heartbeat.check(path)
+    assert not ok
+    assert line.startswith("unhealthy: gantry stopped cleanly 0 s ago (version 9.9.9)"), line
+    assert "gantry run" in line  # says what to do
+    ok, _ = heartbeat.check(path, max_age=10**9)
+    assert not ok, "a stopped mark is not a matter of age"
+
+
+def test_next_heartbeat_clears_the_stopped_mark(tmp_path: Path) -> None:
+    conn = db.connect(_fresh_db(tmp_path))
+    try:
+        heartbeat.mark_stopped(conn)
+        heartbeat.touch(conn, "9.9.10")
+        ok, line = heartbeat.check(tmp_path / "gantry.db")
+    finally:
+        conn.close()
+    assert ok and "version 9.9.10" in line and f"pid {os.getpid()}" in line
+
+
+def test_stopping_never_marks_another_process_row(tmp_path: Path) -> None:
+    """Two runs on one database by mistake: the one that stops leaves the other's row alone."""
+    path = _fresh_db(tmp_path)
+    conn = db.connect(path)
+    try:
+        conn.execute("UPDATE heartbeat SET pid = ?", (os.getpid() + 1,))
+        assert heartbeat.mark_stopped(conn) is False
+    finally:
+        conn.close()
+    ok, line = heartbeat.check(path)
+    assert ok and f"pid {os.getpid() + 1}" in line
+
+
+def test_stopped_before_any_heartbeat_changes_nothing(tmp_path: Path) -> None:
+    conn = db.connect(_fresh_db(tmp_path, age=None))
+    try:
+        assert heartbeat.mark_stopped(conn) is False
+    finally:
+        conn.close()
+    ok, line = heartbeat.check(tmp_path / "gantry.db")
+    assert not ok and "no heartbeat row" in line
+
+
+@pytest.mark.slow
+def test_status_cli_says_stopped(tmp_path: Path) -> None:
+    conn = db.connect(_fresh_db(tmp_path))
+    try:
+        heartbeat.mark_stopped(conn)
+    finally:
+        conn.close()
+    r = subprocess.run([sys.executable, "-m", "gantry", "status"],
+                       env={"PATH": os.environ["PATH"], "DATA_DIR": str(tmp_path)},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert r.stdout.startswith("unhealthy: gantry stopped cleanly") and r.stdout.count("\n") == 1
