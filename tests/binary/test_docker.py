@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests import _miniyaml
 from tests.binary.conftest import ROOT
 from tests.binary.rootfs import IMAGE_ENV, INSTALL_PATH, NONROOT_UID, ensure_base_rootfs
 from tests.engine import DockerEngine, EngineUnavailable
@@ -42,7 +42,7 @@ STOP_GRACE = 10  # compose.yml's stop_grace_period, checked below against the fi
 
 
 def _compose_service() -> dict[str, Any]:
-    svc: dict[str, Any] = _miniyaml.load((ROOT / "compose.yml").read_text())["services"]["gantry"]
+    svc: dict[str, Any] = yaml.safe_load((ROOT / "compose.yml").read_text())["services"]["gantry"]
     return svc
 
 
