@@ -28,6 +28,7 @@ class Rpc(ChildIO):
             msg["params"] = params
         self.send(json.dumps(msg))
         text = self.expect(f'"id":{rid},')
+        text += self.expect("\n")  # the rest of that response's line
         line = [x for x in text.splitlines() if f'"id":{rid},' in x][-1]
         return json.loads(line)
 

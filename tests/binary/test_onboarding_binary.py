@@ -50,7 +50,7 @@ def test_init_writes_the_templates_the_binary_carries(sandbox: Sandbox) -> None:
     first = sandbox.run(argv, data=data, timeout=120)
     assert first.returncode == 0, first.stderr
     assert first.stdout.count("wrote ") == 5
-    assert "gantry init" in (data / "mcp.toml").read_text()
+    assert "[[server]]" in (data / "mcp.toml").read_text()
     assert "LLM_BASE_URL=" in (data / ".env").read_text()
     again = sandbox.run(argv, data=data, timeout=120)
     assert again.stdout.count("skip (exists) ") == 5
