@@ -156,3 +156,20 @@ def test_repl_on_a_terminal_hides_routine_lines_unless_asked() -> None:
     tg = {**base, "CHANNEL": "telegram", "TELEGRAM_BOT_TOKEN": "1:abc",
           "TELEGRAM_ALLOWED_USERS": "1"}
     assert log_level(config.load(tg), tg, _Tty()) == "info"
+
+
+def test_no_log_call_uses_a_reserved_record_attribute() -> None:
+    """`extra={"created": …}` makes logging raise KeyError at that call, which once broke
+    every memory consolidation pass at LOG_LEVEL=info: check every literal key in gantry/."""
+    import ast
+    from pathlib import Path
+
+    reserved = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+    bad = []
+    for path in Path(log.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.keyword) and node.arg == "extra" and isinstance(
+                    node.value, ast.Dict):
+                keys = [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
+                bad += [f"{path.name}:{node.value.lineno} {k}" for k in keys if k in reserved]
+    assert bad == []
