@@ -20,7 +20,7 @@ import signal
 import subprocess
 import tarfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 DOCKERD = "/usr/sbin/dockerd"
@@ -204,3 +204,18 @@ class DockerEngine:
         points = [ln.split()[4].replace("\\040", " ") for ln in lines if len(ln.split()) > 4]
         for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
             subprocess.run(["umount", "-l", point], capture_output=True, timeout=30)
+
+
+def engine_or_skip(workdir: Path) -> Iterator[DockerEngine]:
+    """The body of an engine fixture: a started engine, skipped with the reason where none can
+    start, stopped (by PID) afterwards."""
+    import pytest
+
+    try:
+        eng = DockerEngine.start(workdir)
+    except EngineUnavailable as exc:
+        pytest.skip(f"no Docker engine can start here: {exc}")
+    try:
+        yield eng
+    finally:
+        eng.stop()

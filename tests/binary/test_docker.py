@@ -29,7 +29,7 @@ import yaml
 
 from tests.binary.conftest import ROOT
 from tests.binary.rootfs import IMAGE_ENV, INSTALL_PATH, NONROOT_UID, ensure_base_rootfs
-from tests.engine import DockerEngine, EngineUnavailable
+from tests.engine import DockerEngine, engine_or_skip
 from tests.procs import ChildIO
 
 pytestmark = [pytest.mark.binary, pytest.mark.slow]
@@ -59,14 +59,7 @@ def final_stage_dockerfile() -> str:
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEngine]:
-    try:
-        eng = DockerEngine.start(tmp_path_factory.mktemp("dockerd"))
-    except EngineUnavailable as exc:
-        pytest.skip(f"no Docker engine can start here: {exc}")
-    try:
-        yield eng
-    finally:
-        eng.stop()
+    yield from engine_or_skip(tmp_path_factory.mktemp("dockerd"))
 
 
 @pytest.fixture(scope="module")

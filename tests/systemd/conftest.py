@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.engine import DockerEngine, EngineUnavailable
+from tests.engine import DockerEngine, engine_or_skip
 from tests.systemd.bookworm import BookwormUnavailable, ensure_tarball
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,14 +83,7 @@ def binary() -> Path:
 
 @pytest.fixture(scope="session")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEngine]:
-    try:
-        eng = DockerEngine.start(tmp_path_factory.mktemp("dockerd"))
-    except EngineUnavailable as exc:
-        pytest.skip(f"no Docker engine can start here: {exc}")
-    try:
-        yield eng
-    finally:
-        eng.stop()
+    yield from engine_or_skip(tmp_path_factory.mktemp("dockerd"))
 
 
 @pytest.fixture(scope="session")
