@@ -260,8 +260,8 @@ class Consolidator:
             self._advance(through)
         log.info(
             "consolidation pass done",
-            extra={"episodes": len(episode_ids), "rows_created": len(created), "linked": len(linked),
-                   "flagged": len(flagged)},
+            extra={"episodes": len(episode_ids), "rows_created": len(created),
+                   "linked": len(linked), "flagged": len(flagged)},
         )
         return Outcome("done", tuple(created), tuple(linked), tuple(flagged))
 
