@@ -92,7 +92,8 @@ INCLUDE_MODULES = ("_json", "_bisect")
 # replaces those __init__s with lazy ones (build/mcp_lean.py) through a Nuitka package
 # configuration; anything that imports the server half by its full name still gets it.
 MCP_LEAN_CONFIG = WORKROOT / "mcp-lean.nuitka-package.config.yml"
-WEB_STACK = ("starlette", "sse_starlette", "uvicorn", "multipart", "cryptography")
+WEB_STACK = ("starlette", "sse_starlette", "uvicorn", "multipart", "python_multipart", "click",
+             "cryptography")
 
 
 def mcp_lean_config() -> Path:

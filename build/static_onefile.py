@@ -47,7 +47,11 @@ DLOPENED = ("libgcc_s.so.1", "libnss_compat.so.2")
 # Packages kept as bytecode instead of compiled C. aiogram is 736 modules whose import time is
 # pydantic building models, not Python execution, so compiling them buys no speed; as C they
 # are ~22 MB of object code and most of the build's C files (docs/packaging.md has figures).
-BYTECODE_PACKAGES = ("aiogram",)
+# The rest are the same kind — declarations run once at import (mcp_types' protocol models,
+# typing_extensions, attrs classes, aiogram's helpers) or a no-op API (opentelemetry, which
+# mcp calls per message but which does nothing without an exporter) — ~4 MB of C between them.
+BYTECODE_PACKAGES = ("aiogram", "mcp_types", "typing_extensions", "attr", "attrs",
+                     "opentelemetry", "magic_filter", "aiofiles")
 
 
 def _is_elf(path: str) -> bool:

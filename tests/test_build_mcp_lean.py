@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,7 @@ def lean_mcp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(next(iter(spec.submodule_search_locations)), root / "mcp",
                     ignore=shutil.ignore_patterns("__pycache__"))
     for module, code in mcp_lean.sources(_all("mcp")).items():
-        (root / module.replace(".", "/") / "__init__.py").write_text(code)
+        mcp_lean.module_path(module, root).write_text(code)
     return root
 
 
@@ -96,10 +97,107 @@ anyio.run(main)
     assert out["missing"] == []  # every export still resolves, on first use
 
 
+@pytest.mark.slow
+def test_gantry_mcp_memory_runs_on_the_web_free_lowlevel_server(
+    lean_mcp: Path, tmp_path: Path
+) -> None:
+    """`gantry mcp-memory` (the server half the binary runs) on the rewritten server.py:
+    store and recall over stdio work, and the child never imports the web stack."""
+    report = tmp_path / "web.json"
+    child = tmp_path / "child.py"
+    web = [*WEB_STACK, "click", "python_multipart"]
+    child.write_text(
+        "import atexit, json, sys\n"
+        "def _report():\n"
+        "    import mcp.server.lowlevel.server as s\n"
+        f"    loaded = sorted({{m.split('.')[0] for m in sys.modules}} & set({web!r}))\n"
+        f"    open({str(report)!r}, 'w').write(json.dumps({{'web': loaded, 'file': s.__file__}}))\n"
+        "atexit.register(_report)\n"
+        "from gantry.cli import main\n"
+        f"sys.exit(main(['mcp-memory', '--data-dir', {str(tmp_path / 'data')!r},"
+        f" '--persona-dir', {str(tmp_path)!r}]))\n"
+    )
+    pythonpath = f"{lean_mcp}{os.pathsep}{ROOT}"
+    manifest = (f'[[server]]\nname = "mem"\ncommand = {json.dumps(sys.executable)}\n'
+                f'args = [{json.dumps(str(child))}]\n'
+                f'env = {{ PYTHONPATH = {json.dumps(pythonpath)} }}\n')
+    code = f"""
+import json, os, anyio
+from gantry.mcp.host import Host
+from gantry.mcp.manifest import parse
+from gantry.tools import Registry
+
+async def main():
+    reg = Registry()
+    host = Host(parse({manifest!r}, os.environ), reg, os.environ)
+    async with anyio.create_task_group() as tg:
+        await host.start(tg)
+        await reg.call("mem__memory_store",
+                       '{{"kind": "fact", "subject": "tea", "content": "likes oolong"}}')
+        recalled = await reg.call("mem__memory_recall", '{{"query": "oolong"}}')
+        tg.cancel_scope.cancel()
+    print(json.dumps({{"recalled": recalled.text, "error": recalled.error}}))
+
+anyio.run(main)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert "likes oolong" in out["recalled"] and not out["error"], out
+    for _ in range(100):  # the child writes its report as it exits, after the host stops it
+        if report.exists():
+            break
+        time.sleep(0.1)
+    seen = json.loads(report.read_text())
+    assert seen["file"].startswith(str(lean_mcp))
+    assert seen["web"] == []
+
+
+def test_rewrite_refuses_a_web_name_used_outside_a_function(tmp_path: Path) -> None:
+    bad = tmp_path / "server.py"
+    bad.write_text("from __future__ import annotations\n"
+                   "from starlette.routing import Route\n"
+                   "ROUTES = [Route]\n")
+    with pytest.raises(mcp_lean.LeanError, match="Route"):
+        mcp_lean.lowlevel_server_source(bad)
+
+
+def test_rewrite_refuses_a_web_name_evaluated_as_a_default(tmp_path: Path) -> None:
+    bad = tmp_path / "server.py"
+    bad.write_text("from __future__ import annotations\n"
+                   "from starlette.routing import Route\n"
+                   "def f(kind=Route):\n"
+                   "    return kind\n")
+    with pytest.raises(mcp_lean.LeanError, match="def time"):
+        mcp_lean.lowlevel_server_source(bad)
+
+
+def test_rewrite_inlines_constant_defaults_and_moves_imports(tmp_path: Path) -> None:
+    src = tmp_path / "server.py"
+    src.write_text("from __future__ import annotations\n"
+                   "from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE\n"
+                   "from starlette.applications import Starlette\n"
+                   "def app(size: int = DEFAULT_MAX_REQUEST_BODY_SIZE) -> Starlette:\n"
+                   "    'doc'\n"
+                   "    return Starlette(debug=size > 0)\n")
+    out = mcp_lean.lowlevel_server_source(src)
+    from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
+
+    assert f"DEFAULT_MAX_REQUEST_BODY_SIZE = {DEFAULT_MAX_REQUEST_BODY_SIZE}" in out
+    lines = out.splitlines()
+    moved = lines.index("    from starlette.applications import Starlette")
+    assert lines[moved - 1].strip() in ("'doc'", '"""doc"""')
+    assert not any(ln.startswith("from starlette") for ln in lines)
+    namespace: dict[str, object] = {}
+    exec(compile(out, "server.py", "exec"), namespace)
+    assert type(namespace["app"]()).__name__ == "Starlette"  # type: ignore[operator]
+
+
 def test_package_config_is_yaml_nuitka_reads() -> None:
     text = mcp_lean.package_config(_all("mcp"))
-    assert text.count("- module-name: ") == 3
-    for module in ("'mcp'", "'mcp.client'", "'mcp.server'"):
+    assert text.count("- module-name: ") == 4
+    for module in ("'mcp'", "'mcp.client'", "'mcp.server'", "'mcp.server.lowlevel.server'"):
         assert f"- module-name: {module}" in text
     code_lines = [ln for ln in text.splitlines() if ln.strip().startswith("module_code: ")]
     for line in code_lines:
