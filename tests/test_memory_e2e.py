@@ -97,7 +97,7 @@ def store_recall_forget(g: Gantry, fake: FakeOpenAI, stored: Callable[[], list[s
 
     g.ask("/new", "Started a new conversation. (Long-term memory is unchanged.)")
     fake.push(Reply("Call her."))
-    g.ask("any tips before the weekend?", "Call her.")  # shares no word with the row
+    g.ask("any tips before the weekend?", "Call her.")  # shares no word with the rows
     system = fake.requests[2].messages[0]["content"]
     assert "[memory]" in system and f"- {LINE}" in system and f"- {CAR_LINE}" in system, system
     assert [m["role"] for m in fake.requests[2].messages] == ["system", "user"]
