@@ -166,7 +166,18 @@ def load_mcp(cfg: Config, environ: Mapping[str, str], registry: Any) -> Any:
         return None
     from gantry.mcp.host import Host
 
-    return Host(specs, registry, environ)
+    return Host(specs, registry, environ, memory_only(cfg))
+
+
+def memory_only(cfg: Config) -> dict[str, frozenset[str]]:
+    """The memory backend server's protocol tools, kept off the model's list: the builtin
+    memory_* tools already route to them, and raw copies would duplicate them and bypass
+    their checks (aigpt's compress could wipe every memory)."""
+    if not (cfg.memory_enabled and cfg.memory_backend.startswith("mcp:")):
+        return {}
+    from gantry.memory.mcp_backend import PROTOCOL_TOOLS
+
+    return {cfg.memory_backend.removeprefix("mcp:"): PROTOCOL_TOOLS}
 
 
 def build_router(cfg: Config, registry: Any, host: Any) -> Any:

@@ -46,3 +46,23 @@ def test_readme_names_every_variable() -> None:
     readme = (DOC.parent.parent / "README.md").read_text()
     for f in msgspec.structs.fields(Config):
         assert env_name(f.name) in readme
+
+
+def test_manifest_examples_in_the_docs_decode() -> None:
+    """Every ```toml block in the docs is an MCP manifest the parser's schema accepts (the
+    commands themselves need not exist on this machine)."""
+    import tomllib
+
+    from gantry.mcp.manifest import ServerSpec
+
+    root = DOC.parent.parent
+    blocks = [(path.name, block)
+              for path in [root / "README.md", *sorted(DOC.parent.glob("*.md"))]
+              for block in re.findall(r"```toml\n(.*?)```", path.read_text(), re.S)]
+    assert blocks
+    for name, block in blocks:
+        doc = tomllib.loads(block)
+        assert set(doc) <= {"server"}, (name, block)
+        assert isinstance(doc.get("server"), list), (name, block)
+        for raw in doc["server"]:
+            msgspec.convert(raw, ServerSpec)

@@ -50,10 +50,11 @@ BOOT = 120.0  # an SDK server takes ~10 s to import mcp on a loaded 2-core machi
 
 @asynccontextmanager
 async def running(
-    manifest: str, environ: Mapping[str, str] = BASE_ENV, max_chars: int = 16_000
+    manifest: str, environ: Mapping[str, str] = BASE_ENV, max_chars: int = 16_000,
+    hidden: Mapping[str, set[str]] | None = None,
 ) -> AsyncIterator[tuple[Host, Registry]]:
     registry = Registry(result_max_chars=max_chars)
-    host = Host(parse(manifest, environ), registry, environ)
+    host = Host(parse(manifest, environ), registry, environ, hidden)
     async with anyio.create_task_group() as tg:
         with anyio.fail_after(BOOT):
             await host.start(tg)
@@ -128,6 +129,23 @@ async def test_a_crash_fails_the_call_at_once_and_the_server_comes_back() -> Non
         again = await reg.call("st__pid", "{}")
         assert not again.error and again.text != pid
         assert "1 restarts" in host.status_lines()[0]
+
+
+async def test_hidden_tools_stay_off_the_registry_across_restarts_but_answer_host_calls(
+) -> None:
+    """The memory backend's protocol tools: callable by gantry, never offered to the model."""
+    async with running(static_toml(), hidden={"st": {"echo", "pid"}, "other": {"crash"}}) as (
+        host, reg
+    ):
+        assert reg.names() == ["st__crash", "st__env"]
+        assert sorted(t.name for t in host.tools("st")) == ["crash", "echo", "env", "pid"]
+        assert (await host.call("st", "echo", {"text": "still here"})).text == "still here"
+        assert (await reg.call("st__echo", '{"text": "x"}')).error
+        assert host.status_lines()[0].startswith("st: up, 4 tools (2 for memory only), 1 calls")
+        await reg.call("st__crash", "{}")
+        server = host.servers["st"]
+        await until(lambda: server.state == "up" and server.restarts == 1, what="a restart")
+        assert reg.names() == ["st__crash", "st__env"]
 
 
 async def test_100_crash_restart_cycles_leave_one_child_and_no_fd_growth(

@@ -40,11 +40,12 @@ ROOT = Path(__file__).parent.parent
 class Hidden:
     """A port without memory_* tools, so detection picks the aigpt shape."""
 
-    def __init__(self, port: SessionPort) -> None:
+    def __init__(self, port: SessionPort, keep: Callable[[str], bool] | None = None) -> None:
         self.port = port
+        self.keep = keep or (lambda n: not n.startswith("memory_"))
 
     def tool_names(self) -> list[str]:
-        return [n for n in self.port.tool_names() if not n.startswith("memory_")]
+        return [n for n in self.port.tool_names() if self.keep(n)]
 
     def instructions(self) -> str:
         return self.port.instructions()
@@ -108,6 +109,31 @@ async def test_shape_a_against_gantry_mcp_memory(
     # the same rows are in the child's SQLite file
     store = MemoryStore(db.connect(dirs[0] / "gantry.db"))
     assert [r.line() for r in store.rows()] == ["(episode) gym: sent the blue route"]
+
+
+async def test_shape_a_hydration_shows_durable_rows_without_a_matching_word(
+    spawn: Callable[..., Any], dirs: tuple[Path, Path]
+) -> None:
+    """Facts, preferences and people are in every turn's block, as with the builtin store:
+    read fresh via read_memory when the server has it, else the initialize snapshot plus
+    what this run stored (forgotten rows leave it)."""
+    data, _ = dirs
+    db.ensure_data_dir(data)
+    MemoryStore(db.connect(data / "gantry.db")).add("preference", "chris", "no fluff")
+    full = await gantry_child(spawn, dirs)
+    only_a = Hidden(full, lambda n: n.startswith("memory_"))
+    for port in (full, only_a):
+        mem = detect(port, "mem")
+        assert isinstance(mem, ToolsMemory)
+        await mem.store("fact", "car", f"drives a red van {id(port)}")
+        await mem.store("episode", "gym", f"sent the blue route {id(port)}")
+        lines = [r.line() for r in await mem.hydrate("anything planned for today?")]
+        assert f"(fact) car: drives a red van {id(port)}" in lines
+        assert "(preference) chris: no fluff" in lines
+        assert not [x for x in lines if x.startswith("(episode)")], lines
+        await mem.forget(None, f"red van {id(port)}")
+        lines = [r.line() for r in await mem.hydrate("anything planned for today?")]
+        assert not [x for x in lines if "red van" in x], lines
 
 
 async def test_tools_over_the_mcp_backend(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -12,6 +14,8 @@ from gantry import db
 from gantry.agent import Agent
 from gantry.channel.base import Inbound
 from gantry.config import load
+from gantry.mcp.host import CallResult
+from gantry.memory.mcp_backend import SHAPE_AIGPT, SHAPE_TOOLS
 from gantry.memory.wiring import MemoryParts, build
 from gantry.prompt import PRECEDENCE
 from gantry.provider import Provider, RetryPolicy
@@ -43,7 +47,7 @@ async def setup(
 ) -> AsyncIterator[Any]:
     made: list[Any] = []
 
-    async def make(**env: str) -> tuple[Agent, MemoryParts, Registry]:
+    async def make(host: Any = None, **env: str) -> tuple[Agent, MemoryParts, Registry]:
         async def no_sleep(_: float) -> None:
             return None
 
@@ -52,7 +56,7 @@ async def setup(
                             retry=RetryPolicy(max_attempts=1, deadline=5), sleep=no_sleep)
         made.append((conn, provider))
         registry = Registry()
-        parts = await build(cfg(**env), conn, registry, provider, lambda: "You are Tim.")
+        parts = await build(cfg(**env), conn, registry, provider, lambda: "You are Tim.", host)
         agent = Agent(model=provider, sessions=SessionStore(conn), tools=registry,
                       persona=lambda: "You are Tim.", status_lines=parts.status_lines,
                       max_tokens=2_000)
@@ -147,3 +151,49 @@ async def test_consolidation_task_only_when_enabled(setup: Any) -> None:
 async def test_mcp_backend_without_its_server_stops_boot(setup: Any) -> None:
     with pytest.raises(ValueError, match=r"MEMORY_BACKEND=mcp:mem needs MCP servers.*builtin"):
         await setup(MEMORY_BACKEND="mcp:mem")
+
+
+class RestartingHost:
+    """The MCP host's public API answering as it does while the memory server restarts."""
+
+    def __init__(self, tools: tuple[str, ...]) -> None:
+        self.listed = [SimpleNamespace(name=n) for n in tools]
+        self.calls: list[str] = []
+
+    def names(self) -> list[str]:
+        return ["mem"]
+
+    def tools(self, server: str) -> list[Any]:
+        return self.listed
+
+    def instructions(self, server: str) -> str:
+        return ""
+
+    async def call(self, server: str, tool: str, args: dict[str, Any]) -> CallResult:
+        self.calls.append(tool)
+        return CallResult("MCP server 'mem' is restarting; retry shortly", error=True)
+
+
+@pytest.mark.parametrize("shape", [SHAPE_TOOLS, (*SHAPE_AIGPT, "read_core")])
+async def test_a_down_mcp_backend_costs_the_block_and_tool_errors_not_the_reply(
+    fake: FakeOpenAI, setup: Any, caplog: pytest.LogCaptureFixture, shape: tuple[str, ...]
+) -> None:
+    caplog.set_level(logging.INFO)
+    host = RestartingHost(shape)
+    agent, _parts, _ = await setup(host, MEMORY_BACKEND="mcp:mem")
+    fake.push(ToolCalls([Call("memory_recall", {"query": "mom"}, id="r"),
+                         Call("memory_store", {"kind": "fact", "subject": "a", "content": "b"},
+                              id="s"),
+                         Call("memory_forget", {"query": "mom"}, id="f")]),
+              Reply("memory is down"))
+    assert await agent(msg("what about mom?")) == "memory is down"
+    assert host.calls  # the backend was asked
+    assert fake.requests[0].messages[0]["content"].startswith("You are Tim.")
+    assert "[memory]" not in fake.requests[0].messages[0]["content"]
+    results = {m["tool_call_id"]: m["content"] for m in fake.last_request.messages
+               if m["role"] == "tool"}
+    for call_id in "rsf":
+        assert results[call_id].startswith("error: "), results
+        assert "restarting" in results[call_id] and "MemoryInputError" not in results[call_id]
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
+    assert "memory hydration skipped: the memory backend failed" in caplog.messages

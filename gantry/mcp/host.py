@@ -15,7 +15,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -129,7 +129,10 @@ def violation(validator: Any, args: Mapping[str, Any]) -> str | None:
 class Server:
     """One manifest server: its supervisor task, live session, tools, breaker, stats."""
 
-    def __init__(self, spec: ServerSpec, registry: Registry, environ: Mapping[str, str]) -> None:
+    def __init__(
+        self, spec: ServerSpec, registry: Registry, environ: Mapping[str, str],
+        hidden: Collection[str] = (),
+    ) -> None:
         self.spec = spec
         self.name = spec.name
         self.registry = registry
@@ -138,6 +141,7 @@ class Server:
         self.session: Any = None
         self.child: Child | None = None
         self.listed: dict[str, ListedTool] = {}
+        self.hidden = frozenset(hidden)  # MCP names callable via Host.call, never offered
         self.instructions: str = ""
         self.breaker = Breaker()
         self.stats: dict[str, ToolStats] = {}
@@ -312,8 +316,12 @@ class Server:
     def _register(self) -> None:
         tools = [
             Tool(lt.exposed, lt.description, lt.schema, partial(self._tool_call, lt), self.name)
-            for lt in self.listed.values()
+            for lt in self.listed.values() if lt.name not in self.hidden
         ]
+        held = sorted(lt.name for lt in self.listed.values() if lt.name in self.hidden)
+        if held:
+            log.info("mcp tools kept off the model's list (used by gantry itself)",
+                     extra={"server": self.name, "tools": held})
         taken = {n for n in self.registry.names() if self.registry.source(n) != self.name}
         clash = [t.name for t in tools if t.name in taken]
         if clash:
@@ -388,7 +396,10 @@ class Server:
         state = "open circuit" if self.breaker.state != "closed" else self.state
         calls = sum(s.calls for s in self.stats.values())
         errors = sum(s.errors for s in self.stats.values())
-        return (f"{self.name}: {state}, {len(self.listed)} tools, {calls} calls, "
+        held = sum(lt.name in self.hidden for lt in self.listed.values())
+        tools = f"{len(self.listed)} tools ({held} for memory only)" if held else (
+            f"{len(self.listed)} tools")
+        return (f"{self.name}: {state}, {tools}, {calls} calls, "
                 f"{errors} errors, {self.restarts} restarts")
 
 
@@ -396,9 +407,14 @@ class Host:
     """Every manifest server, started concurrently at boot, supervised until shutdown."""
 
     def __init__(
-        self, specs: Sequence[ServerSpec], registry: Registry, environ: Mapping[str, str]
+        self, specs: Sequence[ServerSpec], registry: Registry, environ: Mapping[str, str],
+        hidden: Mapping[str, Collection[str]] | None = None,
     ) -> None:
-        self.servers = {s.name: Server(s, registry, environ) for s in specs}
+        """`hidden`: per server, MCP tool names not registered as model tools (the memory
+        backend's protocol tools, which the builtin memory_* tools already route to)."""
+        hidden = hidden or {}
+        self.servers = {s.name: Server(s, registry, environ, hidden.get(s.name, ()))
+                        for s in specs}
 
     def names(self) -> list[str]:
         return list(self.servers)

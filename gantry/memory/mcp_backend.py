@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from gantry.memory import Memory
 from gantry.memory.store import (
+    DURABLE,
     FORGET_MAX,
     HYDRATE_HITS,
     HYDRATE_MAX,
@@ -33,6 +34,9 @@ from gantry.memory.store import (
 
 SHAPE_TOOLS = ("memory_store", "memory_recall", "memory_forget")
 SHAPE_AIGPT = ("save_memory", "read_memory", "compress")
+# Every memory-protocol tool of either shape: the backend server's copies are not offered to
+# the model (gantry's memory_* tools stand for them).
+PROTOCOL_TOOLS = frozenset((*SHAPE_TOOLS, *SHAPE_AIGPT, "read_core"))
 _HIT = re.compile(
     r"#(\S+) \((fact|preference|person|episode|insight)\) ([^:\n]*): (.*?)"
     r"(?: \((\d{4}-\d\d-\d\d)\))?\Z"
@@ -203,8 +207,11 @@ def _json_error(text: str) -> str | None:
 class ToolsMemory:
     """A server with memory_store / memory_recall / memory_forget."""
 
+    KEEP_STORED = 100  # rows stored this run, remembered for hydration (see _standing)
+
     def __init__(self, port: ServerPort, server: str) -> None:
         self.port, self.name = port, f"mcp:{server} memory_* tools"
+        self.stored: dict[str, Row] = {}  # line → row, oldest first
 
     async def _call(self, tool: str, args: dict[str, Any]) -> str:
         text, error = await self.port.call(tool, args)
@@ -217,8 +224,12 @@ class ToolsMemory:
         text = await self._call("memory_store",
                                 {"kind": kind, "subject": subject, "content": content})
         m = _STORED.match(text)
-        return Row(m.group(2) if m else "?", kind, subject, content), not (
-            m and m.group(1).startswith("already"))
+        row = Row(m.group(2) if m else "?", kind, subject, content)
+        self.stored.pop(row.line(), None)
+        self.stored[row.line()] = row
+        while len(self.stored) > self.KEEP_STORED:
+            del self.stored[next(iter(self.stored))]
+        return row, not (m and m.group(1).startswith("already"))
 
     async def recall(self, query: str, limit: int = RECALL_MAX) -> list[Row]:
         return parse_hits(await self._call("memory_recall", {"query": query}))[:limit]
@@ -230,17 +241,31 @@ class ToolsMemory:
             args = {"id": int(rid) if rid.isdecimal() else rid}
         text = await self._call("memory_forget", args)
         more = re.search(r"\((\d+) more matched", text)
-        return parse_hits(text), int(more.group(1)) if more else 0
+        deleted = parse_hits(text)
+        for row in deleted:
+            self.stored.pop(row.line(), None)
+        return deleted, int(more.group(1)) if more else 0
+
+    async def _standing(self) -> list[Row]:
+        """Facts, preferences and people shown every turn, newest first. From `read_memory`
+        when the server also has it (gantry mcp-memory): fresh each turn. Otherwise the
+        initialize instructions, a snapshot from connect time, plus what this run stored."""
+        if "read_memory" in self.port.tool_names():
+            rows = parse_records(await self._call("read_memory", {}))[::-1]
+        else:
+            rows = list(reversed(self.stored.values()))
+            for line in self.port.instructions().splitlines():
+                if line.startswith("- ("):
+                    kind, subject, content = parse_line(line[2:])
+                    rows.append(Row("", kind, subject, content))
+        return [r for r in rows if r.kind in DURABLE]
 
     async def hydrate(self, text: str, limit: int = HYDRATE_MAX) -> list[Row]:
         out = {r.line(): r for r in (await self.recall(text, HYDRATE_HITS))[:limit]}
-        for line in self.port.instructions().splitlines():
+        for row in await self._standing():
             if len(out) >= limit:
                 break
-            if line.startswith("- ("):
-                kind, subject, content = parse_line(line[2:])
-                out.setdefault(format_line(kind, subject, content),
-                               Row("", kind, subject, content))
+            out.setdefault(row.line(), row)
         return list(out.values())[:limit]
 
     async def counts(self) -> dict[str, int]:

@@ -71,7 +71,10 @@ def memory_tools(memory: Memory) -> list[Tool]:
 
     async def recall(args: dict[str, Any]) -> str:
         query = _text(args, "query")
-        rows = await memory.recall(query, RECALL_MAX)
+        try:
+            rows = await memory.recall(query, RECALL_MAX)
+        except MemoryInputError as exc:  # an MCP backend that is down or answered an error
+            raise ToolError(str(exc)) from None
         if not rows:
             return f"no memories match {query[:80]!r}"
         return render_hits(rows)

@@ -13,7 +13,7 @@ from typing import Any
 
 from gantry.config import Config
 from gantry.memory import Memory
-from gantry.memory.store import HYDRATE_MAX, render_block
+from gantry.memory.store import HYDRATE_MAX, MemoryInputError, render_block
 from gantry.tools import Registry
 
 log = logging.getLogger("gantry.memory")
@@ -30,10 +30,17 @@ class MemoryParts:
 
 
 def hydrator(memory: Memory, limit: int = HYDRATE_MAX) -> Callable[[str, str], Awaitable[str]]:
-    """The agent's memory_block hook: the `[memory]` block for this message."""
+    """The agent's memory_block hook: the `[memory]` block for this message. An MCP backend
+    that is down costs this turn its block (one warning), not the reply."""
 
     async def block(session_id: str, text: str) -> str:
-        return render_block(await memory.hydrate(text, limit))
+        try:
+            rows = await memory.hydrate(text, limit)
+        except MemoryInputError as exc:
+            log.warning("memory hydration skipped: the memory backend failed",
+                        extra={"error": str(exc)[:300]})
+            return ""
+        return render_block(rows)
 
     return block
 
