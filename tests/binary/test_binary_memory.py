@@ -100,3 +100,51 @@ def test_run_stores_and_hydrates_memory(
     listed = sandbox.run([INSTALL_PATH, "memory", "search", "tuesdays"],
                          env={"DATA_DIR": "/data"}, data=data)
     assert listed.stdout.startswith("#1 (fact) chris: climbs on Tuesdays"), listed.stderr
+
+
+def test_run_with_itself_as_the_mcp_memory_backend(
+    sandbox: Sandbox, persona_dir: Path, fake_openai: FakeOpenAI,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """MEMORY_BACKEND=mcp:mem with `gantry mcp-memory` (the same binary) as the manifest's
+    child: the row lands in the child's own database, hydrates after /new, and the model is
+    offered memory_* once (the child's own copies stay hidden)."""
+    fake = fake_openai
+    data = sandbox.new_data_dir("run-mcp-memory")
+    (data / "mem").mkdir()
+    (data / "mem").chmod(0o777)
+    etc = tmp_path_factory.mktemp("etc-gantry-mem")
+    (etc / "mcp.toml").write_text(
+        f'[[server]]\nname = "mem"\ncommand = "{INSTALL_PATH}"\nargs = ["mcp-memory"]\n'
+        'env = { DATA_DIR = "/data/mem", PERSONA_DIR = "/persona" }\n')
+    (etc / "mcp.toml").chmod(0o644)
+    etc.chmod(0o755)
+    env = {"CHANNEL": "stdio", "LLM_BASE_URL": fake.base_url, "LLM_API_KEY": "sk-binary-smoke",
+           "LLM_MODEL": "fake-model", "DATA_DIR": "/data", "PERSONA_DIR": "/persona",
+           "MCP_MANIFEST": "/etc/gantry/mcp.toml", "MEMORY_BACKEND": "mcp:mem"}
+    fake.push(ToolCalls([Call("memory_store", {"kind": "fact", "subject": "chris",
+                                               "content": "climbs on Tuesdays"}, id="c1")]),
+              Reply("noted"))
+    run = ChildIO(sandbox.popen([INSTALL_PATH, "run"], env=env, data=data,
+                                binds={"/persona": persona_dir, "/etc/gantry": etc}))
+    run.default_wait = WAIT
+    try:
+        run.send("remember that I climb on Tuesdays")
+        run.expect("noted")
+        offered = sorted(t["function"]["name"] for t in fake.requests[0].body.get("tools", []))
+        assert offered == ["memory_forget", "memory_recall", "memory_store"], offered
+        run.send("/new")
+        run.expect("Started a new conversation")
+        run.send("what is the weather?")
+        run.expect("echo: what is the weather?")
+        system = fake.last_request.messages[0]["content"]
+        assert "chris: climbs on Tuesdays" in system, system
+    finally:
+        run.close_stdin()
+        assert run.wait_exit(WAIT) == 0, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr and "sk-binary-smoke" not in run.stderr
+    own = sandbox.run([INSTALL_PATH, "memory", "list"], env={"DATA_DIR": "/data"}, data=data)
+    assert "climbs" not in own.stdout, own.stdout
+    child = sandbox.run([INSTALL_PATH, "memory", "list"], env={"DATA_DIR": "/data/mem"},
+                        data=data)
+    assert "(fact) chris: climbs on Tuesdays" in child.stdout, child.stderr
