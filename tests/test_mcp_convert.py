@@ -60,7 +60,7 @@ def test_structured_content_is_used_when_there_is_no_text() -> None:
 
 
 def test_argument_validation_names_the_field_and_tolerates_broken_schemas() -> None:
-    from gantry.mcp.host import _validator, violation
+    from gantry.mcp.validate import compile_schema as _validator, violation
 
     v = _validator({"type": "object", "properties": {"n": {"type": "integer"},
                                                      "o": {"type": "object", "properties": {
