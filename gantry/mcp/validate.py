@@ -11,7 +11,7 @@ and words the error. So the fast path can make a call cheaper, never let a bad o
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 log = logging.getLogger("gantry.mcp")
@@ -97,6 +97,10 @@ def _count(schema: Mapping[str, Any], key: str) -> int:
     return int(value)
 
 
+def _joined(join: Callable[[Iterable[bool]], bool], subs: tuple[Check, ...]) -> Check:
+    return lambda x: join(s(x) for s in subs)
+
+
 def _object(schema: Mapping[str, Any]) -> Check:
     props_spec = schema.get("properties", {})
     required = schema.get("required", [])
@@ -160,14 +164,12 @@ def compile_check(schema: Any) -> Check:
                      ("exclusiveMaximum", lambda b: lambda x: not _is_number(x) or x < b)):
         if key in schema:
             checks.append(cmp(_bound(schema, key)))
-    for key in ("anyOf", "allOf"):
+    for key, join in (("anyOf", any), ("allOf", all)):
         if key in schema:
             subs = schema[key]
             if not isinstance(subs, list) or not subs:
                 raise Unsupported(key)
-            compiled = tuple(compile_check(s) for s in subs)
-            join = any if key == "anyOf" else all
-            checks.append(lambda x, c=compiled, j=join: j(s(x) for s in c))
+            checks.append(_joined(join, tuple(compile_check(s) for s in subs)))
     handled |= {"type", "enum", "const", "properties", "required", "additionalProperties",
                 "items", "minLength", "maxLength", "minItems", "maxItems", "minimum", "maximum",
                 "exclusiveMinimum", "exclusiveMaximum", "anyOf", "allOf"}
@@ -181,10 +183,7 @@ def compile_check(schema: Any) -> Check:
     every = tuple(checks)
 
     def check_all(x: Any) -> bool:
-        for c in every:
-            if not c(x):
-                return False
-        return True
+        return all(c(x) for c in every)
 
     return check_all
 
