@@ -23,6 +23,12 @@ ANNOTATIONS = frozenset({
     "title", "description", "default", "examples", "$comment", "format", "deprecated",
     "readOnly", "writeOnly", "$schema", "$id", "contentMediaType", "contentEncoding",
 })
+# What compile_check turns into checks; any other keyword (but x-…) makes it Unsupported.
+KNOWN = ANNOTATIONS | {
+    "type", "enum", "const", "properties", "required", "additionalProperties", "items",
+    "minLength", "maxLength", "minItems", "maxItems", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "anyOf", "allOf",
+}
 # The drafts whose semantics for the compiled keywords are the ones below (draft 4 and
 # earlier differ: boolean exclusiveMinimum, `required` inside properties, type "any").
 FAST_DRAFTS = frozenset({"Draft6Validator", "Draft7Validator", "Draft201909Validator",
@@ -140,7 +146,6 @@ def compile_check(schema: Any) -> Check:
     if not isinstance(schema, dict):
         raise Unsupported("schema is not an object")
     checks: list[Check] = []
-    handled = set(ANNOTATIONS)
     if "type" in schema:
         checks.append(_type(schema["type"]))
     if "enum" in schema:
@@ -170,10 +175,7 @@ def compile_check(schema: Any) -> Check:
             if not isinstance(subs, list) or not subs:
                 raise Unsupported(key)
             checks.append(_joined(join, tuple(compile_check(s) for s in subs)))
-    handled |= {"type", "enum", "const", "properties", "required", "additionalProperties",
-                "items", "minLength", "maxLength", "minItems", "maxItems", "minimum", "maximum",
-                "exclusiveMinimum", "exclusiveMaximum", "anyOf", "allOf"}
-    unknown = [k for k in schema if k not in handled and not k.startswith("x-")]
+    unknown = [k for k in schema if k not in KNOWN and not k.startswith("x-")]
     if unknown:
         raise Unsupported(", ".join(sorted(unknown)))
     if not checks:
