@@ -183,8 +183,11 @@ class Server:
 
         from gantry import __version__
 
+        # The default read timeout bounds requests the SDK sends on its own (tools/list when
+        # a called tool's output schema is not cached); ours carry their own timeouts.
         return ClientSession(
             read, write,
+            read_timeout_seconds=INIT_TIMEOUT,
             message_handler=self._on_message,
             client_info=Implementation(name="gantry", version=__version__),
         )
