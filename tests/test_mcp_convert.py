@@ -57,3 +57,5 @@ def test_structured_content_is_used_when_there_is_no_text() -> None:
     assert result_text([NS(type="text", text="t")], {"temp": 3}, False) == "t"
     assert result_text([], None, False) == "(no output)"
     assert "error" in result_text([], None, True)
+    assert result_text([NS(type="text", text="")], None, False) == "(no output)"
+    assert "error" in result_text([NS(type="text", text="")], None, True)
