@@ -1,14 +1,17 @@
 """MCP overhead: tools/call through gantry's registry vs a bare SDK session; boot with N servers.
 
-    python bench/mcp_roundtrip.py [--calls 1000] [--binary dist/gantry]
+    python bench/mcp_roundtrip.py [--calls 1000] [--blocks 10] [--boots 3] [--binary dist/gantry]
 
-1. The same server (the static C fixture, tests/fakes/mcp_static.c: it answers in
-   microseconds, so what is measured is the client side) called `--calls` times with `echo`:
-   once through a bare `mcp.ClientSession` over the SDK's own `stdio_client`, once through
+1. The same server binary (the static C fixture, tests/fakes/mcp_static.c: it answers in
+   microseconds, so what is measured is the client side), one child per client, called with
+   `echo` through a bare `mcp.ClientSession` over the SDK's own `stdio_client` and through
    gantry's `Registry.call` (JSON argument parsing, schema validation, breaker, timeout,
-   telemetry, result mapping, our transport). Prints p50/p99 per call and the ratio.
+   telemetry, result mapping, our transport). Both run in one event loop, interleaved in
+   `--blocks` blocks that alternate which client goes first, so machine noise (2 shared cores)
+   hits both alike. Prints p50/p99/mean per call, process CPU per call, and the ratios; the
+   spread of the per-block p50 ratios shows how much noise there was.
 2. `gantry run` (stdio, fake model) from spawn to the first reply with 0, 1 and 5 servers in
-   the manifest (source, and the binary if present).
+   the manifest (source, and the binary if present); `--boots 0` skips it.
 
 Prints figures; never fails.
 """
@@ -22,6 +25,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,55 +38,86 @@ import anyio  # noqa: E402
 from tests.fakes.mcp_servers import static_fixture, toml_server  # noqa: E402
 from tests.fakes.openai import FakeOpenAI  # noqa: E402
 
+WARMUP = 50
+
+Call = Callable[[int], Awaitable[object]]
+
 
 def pct(samples: list[float], q: float) -> float:
     s = sorted(samples)
     return s[min(len(s) - 1, int(q * len(s)))] * 1000
 
 
-CPU: dict[str, float] = {}  # variant → process CPU seconds per call (robust on a busy machine)
+@dataclass
+class Variant:
+    """One client's samples: wall seconds per call, and process CPU seconds over its blocks."""
 
+    name: str
+    call: Call
+    samples: list[float] = field(default_factory=list)
+    cpu: float = 0.0
+    block_p50: list[float] = field(default_factory=list)
 
-async def bare(server: str, calls: int) -> list[float]:
-    from mcp.client.session import ClientSession
-    from mcp.client.stdio import StdioServerParameters, stdio_client
-
-    out = []
-    params = StdioServerParameters(command=server, args=[])
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        await session.list_tools()
-        for _ in range(50):
-            await session.call_tool("echo", {"text": "warm"})
+    async def block(self, calls: int) -> None:
+        out = []
         cpu = time.process_time()
         for i in range(calls):
             t = time.perf_counter()
-            await session.call_tool("echo", {"text": f"call {i}"})
+            await self.call(i)
             out.append(time.perf_counter() - t)
-        CPU["bare"] = (time.process_time() - cpu) / calls
-    return out
+        self.cpu += time.process_time() - cpu
+        self.samples += out
+        self.block_p50.append(pct(out, 0.5))
 
 
-async def gantry(server: str, calls: int) -> list[float]:
+async def open_bare(stack: AsyncExitStack, server: str) -> Call:
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=server, args=[])
+    read, write = await stack.enter_async_context(stdio_client(params))
+    session = await stack.enter_async_context(ClientSession(read, write))
+    await session.initialize()
+    await session.list_tools()
+
+    async def call(i: int) -> object:
+        return await session.call_tool("echo", {"text": f"call {i}"})
+
+    return call
+
+
+async def open_gantry(stack: AsyncExitStack, server: str) -> Call:
     from gantry.mcp.host import Host
     from gantry.mcp.manifest import parse
     from gantry.tools import Registry
 
     registry = Registry()
     host = Host(parse(toml_server("st", [server]), os.environ), registry, os.environ)
-    out = []
-    async with anyio.create_task_group() as tg:
-        await host.start(tg)
-        for _ in range(50):
-            await registry.call("st__echo", '{"text": "warm"}')
-        cpu = time.process_time()
-        for i in range(calls):
-            t = time.perf_counter()
-            await registry.call("st__echo", f'{{"text": "call {i}"}}')
-            out.append(time.perf_counter() - t)
-        CPU["gantry"] = (time.process_time() - cpu) / calls
-        tg.cancel_scope.cancel()
-    return out
+    tg = await stack.enter_async_context(anyio.create_task_group())
+    stack.callback(tg.cancel_scope.cancel)  # runs before the task group exits
+    await host.start(tg)
+
+    async def call(i: int) -> object:
+        result = await registry.call("st__echo", f'{{"text": "call {i}"}}')
+        assert not result.error, result.text
+        return result
+
+    return call
+
+
+async def roundtrip(server: str, calls: int, blocks: int) -> tuple[Variant, Variant]:
+    async with AsyncExitStack() as stack:
+        bare = Variant("bare SDK ClientSession", await open_bare(stack, server))
+        gantry = Variant("gantry Registry.call", await open_gantry(stack, server))
+        for v in (bare, gantry):
+            for i in range(WARMUP):
+                await v.call(i)
+        per_block = max(1, calls // blocks)
+        for b in range(blocks):
+            order = (bare, gantry) if b % 2 == 0 else (gantry, bare)
+            for v in order:
+                await v.block(per_block)
+        return bare, gantry
 
 
 def boot_to_reply(cmd: list[str], servers: int, server: str) -> float:
@@ -99,28 +136,41 @@ def boot_to_reply(cmd: list[str], servers: int, server: str) -> float:
         return first
 
 
+def report(bare: Variant, gantry: Variant, blocks: int) -> None:
+    n = len(bare.samples)
+    print(f"tools/call echo on the static fixture: {n} calls per client, interleaved in "
+          f"{blocks} blocks (ms per call)")
+    print(f"{'client':<22} {'p50':>8} {'p99':>8} {'mean':>8} {'CPU/call':>9}")
+    for v in (bare, gantry):
+        print(f"{v.name:<22} {pct(v.samples, 0.5):>8.3f} {pct(v.samples, 0.99):>8.3f} "
+              f"{statistics.mean(v.samples) * 1000:>8.3f} {v.cpu / n * 1000:>9.3f}")
+    ratios = sorted(g / b for g, b in zip(gantry.block_p50, bare.block_p50, strict=True))
+    print(f"ratio gantry/bare: p50 {pct(gantry.samples, 0.5) / pct(bare.samples, 0.5):.2f}x, "
+          f"p99 {pct(gantry.samples, 0.99) / pct(bare.samples, 0.99):.2f}x, "
+          f"CPU {gantry.cpu / bare.cpu:.2f}x (goal: p50 <= 1.20x)")
+    print(f"per-block p50 ratio: min {ratios[0]:.2f}x, median {statistics.median(ratios):.2f}x, "
+          f"max {ratios[-1]:.2f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--calls", type=int, default=1000)
-    ap.add_argument("--boots", type=int, default=3)
+    ap.add_argument("--calls", type=int, default=1000, help="calls per client (all blocks)")
+    ap.add_argument("--blocks", type=int, default=10)
+    ap.add_argument("--boots", type=int, default=3, help="runs per boot figure; 0 skips them")
     ap.add_argument("--binary", type=Path, default=ROOT / "dist" / "gantry")
     args = ap.parse_args()
     server = str(static_fixture())
+    blocks = max(1, min(args.blocks, args.calls))
 
-    b = anyio.run(bare, server, args.calls)
-    g = anyio.run(gantry, server, args.calls)
-    print(f"tools/call echo on the static fixture, {args.calls} calls (ms per call)")
-    print(f"{'client':<22} {'p50':>8} {'p99':>8} {'mean':>8} {'CPU/call':>9}")
-    for name, key, s in (("bare SDK ClientSession", "bare", b),
-                         ("gantry Registry.call", "gantry", g)):
-        print(f"{name:<22} {pct(s, 0.5):>8.3f} {pct(s, 0.99):>8.3f} "
-              f"{statistics.mean(s) * 1000:>8.3f} {CPU[key] * 1000:>9.3f}")
-    print(f"ratio gantry/bare: p50 {pct(g, 0.5) / pct(b, 0.5):.2f}x, "
-          f"p99 {pct(g, 0.99) / pct(b, 0.99):.2f}x, CPU {CPU['gantry'] / CPU['bare']:.2f}x")
+    report(*anyio.run(roundtrip, server, args.calls, blocks), blocks)
+    if args.boots <= 0:
+        return
 
     variants = {"source": [sys.executable, "-m", "gantry", "run"]}
     if args.binary.exists():
         variants["binary"] = [str(args.binary), "run"]
+    else:
+        print(f"\n({args.binary} not found: boot figures for the source tree only)")
     print(f"\nboot → first reply, stdio, median of {args.boots} (s)")
     print(f"{'variant':<8} {'0 servers':>10} {'1 server':>10} {'5 servers':>10}")
     for name, cmd in variants.items():

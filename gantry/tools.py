@@ -138,14 +138,15 @@ class Registry:
         except Exception as exc:
             log.exception("tool raised", extra={"tool": name})
             return self._error(name, f"the tool failed: {type(exc).__name__}: {exc}")
-        log.info(
-            "tool call",
-            extra={
-                "tool": name,
-                "ms": round((time.monotonic() - started) * 1000),
-                "chars": len(text),
-            },
-        )
+        if log.isEnabledFor(logging.INFO):  # the hot path: no record work when it is off
+            log.info(
+                "tool call",
+                extra={
+                    "tool": name,
+                    "ms": round((time.monotonic() - started) * 1000),
+                    "chars": len(text),
+                },
+            )
         return ToolResult(truncate(text, self.result_max_chars), chars=len(text))
 
     def _error(self, name: str, message: str) -> ToolResult:

@@ -231,8 +231,26 @@ async def test_sdk_fixture_misbehaviours(caplog: pytest.LogCaptureFixture, tmp_p
         hung = await reg.call("fx__hang", "{}")
         assert hung.error and "did not answer within 2 s" in hung.text
         assert time.monotonic() - started < 10
+        stats = host.telemetry()["fx/hang"]
+        assert (stats["calls"], stats["errors"], stats["timeouts"]) == (1, 1, 1)
+        assert server.breaker.failures == 1
         await anyio.sleep(1)
         assert server.state == "up" and server.restarts == 0  # it still answers pings
+
+        # The compiled validator follows the schema a tools/list_changed refresh brings.
+        bad = await reg.call("fx__size", '{"n": "seven"}')
+        assert bad.error and "at n: 'seven' is not of type 'integer'" in bad.text
+        assert (await reg.call("fx__size", '{"n": 7}')).text == "int 7"
+        assert (await reg.call("fx__reshape", "{}")).text == "reshaped"
+
+        def n_type() -> str:
+            size = next(t for t in host.tools("fx") if t.name == "size")
+            return str(size.schema["properties"]["n"]["type"])
+
+        await until(lambda: n_type() == "string", what="the reshaped schema")
+        assert (await reg.call("fx__size", '{"n": "seven"}')).text == "str seven"
+        bad = await reg.call("fx__size", '{"n": 7}')
+        assert bad.error and "at n: 7 is not of type 'string'" in bad.text
 
         assert (await reg.call("fx__grow", "{}")).text == "grown"
         await until(lambda: "fx__extra" in reg.names(), what="tools/list_changed refresh")

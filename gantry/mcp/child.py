@@ -36,6 +36,10 @@ STDERR_BURST = 100
 TAIL_LINES = 20
 MAX_MESSAGE = 64 * 1024 * 1024  # a stdout line longer than this is a broken server
 EXIT_POLL = 1.0
+# Outgoing messages queued for the stdin writer. Never 0: the SDK starts a request's timeout
+# only once its write is accepted, so a writer stuck on a child that stopped reading must not
+# hold the next request's write (and so its timeout) back.
+WRITE_BUFFER = 256
 
 
 def child_env(environ: Mapping[str, str], granted: Mapping[str, str]) -> dict[str, str]:
@@ -227,7 +231,7 @@ async def open_child(
     )
     child = Child(spec, process, StderrLog(spec.name))
     read_send, read_recv = anyio.create_memory_object_stream[Any](0)
-    write_send, write_recv = anyio.create_memory_object_stream[Any](0)
+    write_send, write_recv = anyio.create_memory_object_stream[Any](WRITE_BUFFER)
     log.info("mcp server started", extra={"server": spec.name, "pid": process.pid})
     tg: TaskGroup
     try:

@@ -96,6 +96,10 @@ def result_text(content: Sequence[Any], structured: Any, is_error: bool) -> str:
     Text passes through; other blocks become placeholders; `structuredContent` is used when
     there is no text at all.
     """
+    if content and len(content) == 1 and getattr(content[0], "type", None) == "text":
+        text = str(getattr(content[0], "text", ""))  # the common case, without the walk below
+        if text:
+            return text
     parts = [block_text(b) for b in content or ()]
     has_text = any(getattr(b, "type", None) == "text" for b in content or ())
     if not has_text and structured is not None:

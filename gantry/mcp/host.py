@@ -27,6 +27,7 @@ from gantry.mcp import convert
 from gantry.mcp.breaker import Breaker
 from gantry.mcp.child import Child, open_child
 from gantry.mcp.manifest import ServerSpec
+from gantry.mcp.validate import ArgsValidator, compile_schema
 from gantry.tools import Registry, Tool, ToolError
 
 log = logging.getLogger("gantry.mcp")
@@ -79,7 +80,7 @@ class ListedTool:
     exposed: str
     description: str
     schema: dict[str, Any]
-    validator: Any
+    validator: ArgsValidator | None
 
 
 def backoff(attempt: int, rng: random.Random | None = None) -> float:
@@ -88,42 +89,11 @@ def backoff(attempt: int, rng: random.Random | None = None) -> float:
     return step * (0.5 + 0.5 * (rng or random).random())
 
 
-def _validator(schema: Mapping[str, Any]) -> Any:
-    """A compiled JSON-Schema validator, or None when the server's schema is itself broken."""
-    from jsonschema import validators
-    from jsonschema.exceptions import SchemaError
-
-    try:
-        cls = validators.validator_for(schema)
-        cls.check_schema(schema)
-        return cls(schema)
-    except SchemaError as exc:
-        error = exc.message
-    except Exception as exc:  # e.g. an unknown $schema dialect: the call still goes through
-        error = f"{type(exc).__name__}: {exc}"
-    log.warning("tool input schema is unusable; arguments not validated",
-                extra={"error": error[:200]})
-    return None
-
-
 def _describe(exc: BaseException) -> str:
     """One line for an exception, looking inside exception groups for the real cause."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return f"{type(exc).__name__}: {exc}"[:300]
-
-
-def violation(validator: Any, args: Mapping[str, Any]) -> str | None:
-    """The first schema violation as one sentence naming the field, or None."""
-    if validator.is_valid(args):  # the common case, without building error objects
-        return None
-    from jsonschema.exceptions import best_match
-
-    error = best_match(validator.iter_errors(args))
-    if error is None:
-        return None
-    where = ".".join(str(p) for p in error.absolute_path) or "(the arguments object)"
-    return f"invalid arguments: at {where}: {error.message}"
 
 
 class Server:
@@ -217,8 +187,11 @@ class Server:
 
         from gantry import __version__
 
+        # The default read timeout bounds requests the SDK sends on its own (tools/list when
+        # a called tool's output schema is not cached); ours carry their own timeouts.
         return ClientSession(
             read, write,
+            read_timeout_seconds=INIT_TIMEOUT,
             message_handler=self._on_message,
             client_info=Implementation(name="gantry", version=__version__),
         )
@@ -308,7 +281,7 @@ class Server:
         for t in tools:
             schema = convert.parameters(t.input_schema)
             listed[names[t.name]] = ListedTool(
-                t.name, names[t.name], t.description or "", schema, _validator(schema)
+                t.name, names[t.name], t.description or "", schema, compile_schema(schema)
             )
         self.listed = listed
         self._register()
@@ -338,12 +311,19 @@ class Server:
         return result.text
 
     async def call(
-        self, tool: str, args: dict[str, Any], *, validator: Any = None
+        self, tool: str, args: dict[str, Any], *, validator: ArgsValidator | None = None
     ) -> CallResult:
-        """Call `tool` on this server; every failure is a CallResult with error=True."""
-        if validator is not None and (problem := violation(validator, args)) is not None:
+        """Call `tool` on this server; every failure is a CallResult with error=True.
+
+        The timeout is the SDK request's own (its clock runs from the moment the request is
+        handed to our transport, whose write buffer never makes that wait): one cancel scope
+        per call instead of two, and the server gets a courtesy notifications/cancelled.
+        """
+        if validator is not None and (problem := validator.violation(args)) is not None:
             return CallResult(problem, error=True)
-        stats = self.stats.setdefault(tool, ToolStats())
+        stats = self.stats.get(tool)
+        if stats is None:
+            stats = self.stats[tool] = ToolStats()
         session = self.session
         if session is None or not self.breaker.allow():
             stats.record(0.0, error=True)
@@ -352,23 +332,13 @@ class Server:
             state = "unavailable" if self.breaker.state != "closed" else self.state
             return CallResult(f"MCP server {self.name!r} is {state}; retry{later}", error=True)
         started = time.monotonic()
-        timeout = self.spec.timeout_seconds
         try:
-            with anyio.move_on_after(timeout) as scope:
-                result = await session.call_tool(tool, args)
+            result = await session.call_tool(tool, args, self.spec.timeout_seconds)
         except Exception as exc:
             return self._call_failed(tool, stats, started, exc)
-        elapsed = time.monotonic() - started
-        if scope.cancelled_caught:
-            stats.record(elapsed, timeout=True)
-            self.breaker.failure()
-            self._probe = True
-            self._wake.set()
-            return CallResult(f"the tool {tool!r} on MCP server {self.name!r} did not answer "
-                              f"within {timeout:g} s", error=True)
         self.breaker.success()
         error = bool(getattr(result, "is_error", False))
-        stats.record(elapsed, error=error)
+        stats.record(time.monotonic() - started, error=error)
         text = convert.result_text(result.content, result.structured_content, error)
         return CallResult(text, error=error)
 
@@ -376,9 +346,17 @@ class Server:
         self, tool: str, stats: ToolStats, started: float, exc: Exception
     ) -> CallResult:
         from mcp.shared.exceptions import MCPError
-        from mcp_types import CONNECTION_CLOSED
+        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
-        stats.record(time.monotonic() - started, error=True)
+        elapsed = time.monotonic() - started
+        if isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT:
+            stats.record(elapsed, timeout=True)
+            self.breaker.failure()
+            self._probe = True  # hung tool or hung server? a ping tells
+            self._wake.set()
+            return CallResult(f"the tool {tool!r} on MCP server {self.name!r} did not answer "
+                              f"within {self.spec.timeout_seconds:g} s", error=True)
+        stats.record(elapsed, error=True)
         if isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED:
             self.breaker.failure()
             return CallResult(f"MCP server {self.name!r} stopped while running {tool!r}; it is "

@@ -3,9 +3,10 @@
 Run as `python -m tests.fakes.mcp_fixture`. Tools: `echo`, `count` (appends to a file, so a
 test can see how often it really ran), `crash` (exits at once), `hang` (sleeps, the server
 stays responsive), `freeze` (blocks the whole process: no ping answers), `big` (a result of
-N chars), `grow` (adds a tool and sends tools/list_changed), `flood` (N stderr lines),
-`grandchild` (spawns a sleeping grandchild and returns its pid), `env` (one variable of its
-environment), `picture` (an image block), `fail` (an isError result).
+N chars), `grow` (adds a tool and sends tools/list_changed), `size` (takes an integer) and
+`reshape` (swaps `size` for one taking a string, sends tools/list_changed), `flood` (N stderr
+lines), `grandchild` (spawns a sleeping grandchild and returns its pid), `env` (one variable
+of its environment), `picture` (an image block), `fail` (an isError result).
 
 Environment knobs: FIXTURE_CRASH_AFTER=N exits on the N-th tool call; FIXTURE_BOOT=fail
 exits before answering initialize (after writing to stderr); FIXTURE_STDERR_AT_START=N
@@ -99,6 +100,26 @@ async def grow(ctx: Context) -> str:
     server.add_tool(extra)
     await ctx.session.send_tool_list_changed()
     return "grown"
+
+
+@server.tool()
+def size(n: int) -> str:
+    """Take an integer (until `reshape` swaps this tool for one that takes a string)."""
+    return f"int {n}"
+
+
+@server.tool()
+async def reshape(ctx: Context) -> str:
+    """Replace `size` with a same-named tool whose `n` is a string; tell the client."""
+
+    def size(n: str) -> str:
+        """Take a string (the reshaped `size`)."""
+        return f"str {n}"
+
+    server.remove_tool("size")
+    server.add_tool(size)
+    await ctx.session.send_tool_list_changed()
+    return "reshaped"
 
 
 @server.tool()
