@@ -37,6 +37,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "build"))
+from mcp_lean import NOT_FOLLOWED  # noqa: E402
+
 PACKAGE = ROOT / "gantry"
 WORKROOT = ROOT / "build" / ".work"  # gitignored
 STAGE = WORKROOT / "stage"
@@ -80,6 +83,9 @@ NOFOLLOW = (
     "aiohttp.worker",
     "zstandard",  # the build extra installs it to compress the payload; httpx/aiohttp would
     # pick it up (optional zstd content-encoding) and carry 24 MB of it into the binary
+    # mcp's HTTP server half. build/mcp_lean.py moves its imports out of the module level of
+    # the low-level server that `gantry mcp-memory` runs; Nuitka follows function-level imports
+    # too, so they are also kept from being followed here (MCP_WEB_MODULES, below).
 )
 # C accelerators that Nuitka's anti-bloat leaves out unless asked ("may slow down by using
 # fallback implementation"); json is on every hot path (MCP JSON-RPC, the OpenAI wire).
@@ -94,6 +100,9 @@ INCLUDE_MODULES = ("_json", "_bisect")
 MCP_LEAN_CONFIG = WORKROOT / "mcp-lean.nuitka-package.config.yml"
 WEB_STACK = ("starlette", "sse_starlette", "uvicorn", "multipart", "python_multipart", "click",
              "cryptography")
+# Not followed: the web stack itself and mcp's modules that import it at module level (the
+# rewritten server.py imports them only inside streamable_http_app(), never called by gantry).
+MCP_WEB_MODULES = (*WEB_STACK, *NOT_FOLLOWED)
 
 
 def mcp_lean_config() -> Path:
@@ -138,7 +147,7 @@ def nuitka_command(
         f"--onefile-child-grace-time={CHILD_GRACE_MS}",
         "--include-package=gantry",
         "--include-package-data=gantry",
-        *(f"--nofollow-import-to={m}" for m in NOFOLLOW),
+        *(f"--nofollow-import-to={m}" for m in (*NOFOLLOW, *MCP_WEB_MODULES)),
         f"--user-package-configuration-file={MCP_LEAN_CONFIG}",
         *(f"--include-module={m}" for m in INCLUDE_MODULES),
         "--noinclude-pytest-mode=nofollow",
@@ -315,6 +324,10 @@ def main(argv: list[str] | None = None) -> int:
     check_report(report)
     web = web_stack_in(report)
     print(f"build: mcp server-side web stack in the binary: {', '.join(web) or 'none'}")
+    if web:
+        print("build: something imports the web stack at module level now; find it with the "
+              "compilation report and keep it lazy (build/mcp_lean.py)", file=sys.stderr)
+        return 1
     produced = WORK / "gantry"
     tmp = dist / ".gantry.new"
     shutil.copy2(produced, tmp)

@@ -138,6 +138,13 @@ WEB_IMPORTS = (
     "mcp.server.transport_security",
 )
 
+# mcp's modules that build/build.py keeps Nuitka from following (with the web stack itself):
+# each imports the web stack at module level, and nothing gantry runs imports them —
+# tests/test_build_mcp_lean.py checks that against the client path and `gantry mcp-memory`.
+NOT_FOLLOWED = (*WEB_IMPORTS[1:], "mcp.server._streamable_http_modern",
+                "mcp.server.auth.json_response", "mcp.server.mcpserver", "mcp.server.fastmcp",
+                "mcp.server.sse")
+
 
 class LeanError(RuntimeError):
     """The installed server.py no longer has the shape the rewrite relies on."""

@@ -79,6 +79,8 @@ async def main():
         result = await reg.call("st__echo", '{{"text": "lean"}}')
         tg.cancel_scope.cancel()
     loaded = sorted({{m.split(".")[0] for m in sys.modules}} & set({list(WEB_STACK)!r}))
+    loaded += [m for m in sys.modules for n in {list(mcp_lean.NOT_FOLLOWED)!r}
+               if m == n or m.startswith(n + ".")]
     import mcp
     names = [n for n in mcp.__all__ if getattr(mcp, n, None) is None]
     print(json.dumps({{"text": result.text, "web": loaded, "missing": names,
@@ -111,6 +113,8 @@ def test_gantry_mcp_memory_runs_on_the_web_free_lowlevel_server(
         "def _report():\n"
         "    import mcp.server.lowlevel.server as s\n"
         f"    loaded = sorted({{m.split('.')[0] for m in sys.modules}} & set({web!r}))\n"
+        f"    loaded += [m for m in sys.modules for n in {list(mcp_lean.NOT_FOLLOWED)!r}\n"
+        "               if m == n or m.startswith(n + '.')]\n"
         f"    open({str(report)!r}, 'w').write(json.dumps({{'web': loaded, 'file': s.__file__}}))\n"
         "atexit.register(_report)\n"
         "from gantry.cli import main\n"
