@@ -247,6 +247,10 @@ def main(argv: list[str] | None = None) -> int:
             rows["sqlite3 CLI, same row"] = series(
                 ["sqlite3", "-readonly", str(db_path),
                  "SELECT ts, version, pid FROM heartbeat WHERE id = 1"], env, args.runs)
+        # The machine's own floor for any Python program: the interpreter starting and exiting
+        # (no site, no imports). Cached `status` is best read as a multiple of this.
+        rows["python -S -c pass (interpreter floor)"] = series(
+            [os.path.realpath(sys.executable), "-S", "-c", "pass"], env, args.runs)
         rows["binary version, cached"] = series([str(binary), "version"], env, args.runs)
         rows["python -m gantry version (source)"] = series(
             [sys.executable, "-m", "gantry", "version"], {**env, "PYTHONPATH": str(ROOT)},
