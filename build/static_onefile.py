@@ -51,7 +51,9 @@ DLOPENED = ("libgcc_s.so.1", "libnss_compat.so.2")
 # typing_extensions, attrs classes, aiogram's helpers) or a no-op API (opentelemetry, which
 # mcp calls per message but which does nothing without an exporter) — ~4 MB of C between them.
 BYTECODE_PACKAGES = ("aiogram", "mcp_types", "typing_extensions", "attr", "attrs",
-                     "opentelemetry", "magic_filter", "aiofiles")
+                     "opentelemetry", "magic_filter", "aiofiles",
+                     "mcp", "jsonschema", "referencing", "httpx", "httpcore", "h11", "idna",
+                     "yarl", "multidict", "anyio", "aiohttp", "telegramify_markdown", "cronsim")
 
 
 def _is_elf(path: str) -> bool:
