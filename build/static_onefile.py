@@ -47,9 +47,14 @@ DLOPENED = ("libgcc_s.so.1", "libnss_compat.so.2")
 # Packages kept as bytecode instead of compiled C. aiogram is 736 modules whose import time is
 # pydantic building models, not Python execution, so compiling them buys no speed; as C they
 # are ~22 MB of object code and most of the build's C files (docs/packaging.md has figures).
-# The rest are the same kind — declarations run once at import (mcp_types' protocol models,
+# The next are the same kind — declarations run once at import (mcp_types' protocol models,
 # typing_extensions, attrs classes, aiogram's helpers) or a no-op API (opentelemetry, which
-# mcp calls per message but which does nothing without an exporter) — ~4 MB of C between them.
+# mcp calls per message but which does nothing without an exporter). Then the I/O stack —
+# mcp's client, jsonschema, httpx/httpcore/h11, aiohttp/yarl/multidict, anyio — whose hot
+# parts are C extensions or waiting on a socket: as C they were ~16 MB of the payload and
+# most of the binary's resident code pages (docs/packaging.md, "Container memory").
+# pydantic stays compiled: its schema building is what aiogram's and mcp's first use of a
+# model costs, and Nuitka 4.3.3 fails on it as bytecode (a plugin trigger module).
 BYTECODE_PACKAGES = ("aiogram", "mcp_types", "typing_extensions", "attr", "attrs",
                      "opentelemetry", "magic_filter", "aiofiles",
                      "mcp", "jsonschema", "referencing", "httpx", "httpcore", "h11", "idna",
