@@ -3,8 +3,9 @@
 A clean shutdown rewrites the row with pid 0 (no process has it): `status` then says "stopped"
 at once, and only a crash (no chance to write) is left to the age check.
 
-`check` is the container healthcheck: it imports only os, time and apsw (no pathlib, no
-gantry.db and its importlib.resources), because every millisecond is paid every few seconds.
+`check` is the container healthcheck: it imports only os, time, apsw and gantry.readonly (no
+pathlib, no gantry.db and its importlib.resources), because every millisecond is paid every few
+seconds.
 """
 
 from __future__ import annotations
@@ -44,20 +45,14 @@ def check(db_path: str | os.PathLike[str], max_age: float = DEFAULT_MAX_AGE) -> 
     p = os.fspath(db_path)
     if not os.path.isfile(p):
         return False, f"unhealthy: no database at {p} (is `gantry run` running with this DATA_DIR?)"
-    import apsw
+    from gantry.readonly import ReadError, query
 
     try:
-        conn = apsw.Connection(p, flags=apsw.SQLITE_OPEN_READONLY)
-        try:
-            conn.set_busy_timeout(2000)
-            row = conn.execute("SELECT ts, version, pid FROM heartbeat WHERE id = 1").fetchone()
-        finally:
-            conn.close()
-    except apsw.SQLError as exc:
-        if "no such table" in str(exc):
+        row = query(p, lambda conn: conn.execute(
+            "SELECT ts, version, pid FROM heartbeat WHERE id = 1").fetchone())
+    except ReadError as exc:
+        if exc.missing_table:
             return False, f"unhealthy: no heartbeat table in {p} (database not initialised yet)"
-        return False, f"unhealthy: cannot read {p}: {exc}"
-    except apsw.Error as exc:
         return False, f"unhealthy: cannot read {p}: {exc}"
     if row is None:
         return False, "unhealthy: no heartbeat row yet (gantry run has not finished booting)"

@@ -41,19 +41,12 @@ def list_jobs(db_path: str, show_all: bool = False) -> tuple[bool, str]:
     """(ok, text) for `gantry cron list`."""
     if not os.path.isfile(db_path):
         return False, f"no database at {db_path} (is DATA_DIR right?)"
-    import apsw
+    from gantry.readonly import ReadError, query
 
     try:
-        conn = apsw.Connection(db_path, flags=apsw.SQLITE_OPEN_READONLY)
-        try:
-            conn.set_busy_timeout(2000)
-            jobs = all_jobs(conn)
-        finally:
-            conn.close()
-    except apsw.SQLError as exc:
-        if "no such table" in str(exc):
+        jobs = query(db_path, all_jobs)
+    except ReadError as exc:
+        if exc.missing_table:
             return False, f"no cron tables in {db_path} yet: start `gantry run` once to migrate"
-        return False, f"cannot read {db_path}: {exc}"
-    except apsw.Error as exc:
         return False, f"cannot read {db_path}: {exc}"
     return True, render(jobs, show_all)
