@@ -234,7 +234,7 @@ def stage(info: dict[str, str]) -> Path:
         f"BUILD_DATE = {info['build_date']!r}\n"
     )
     main = STAGE / "gantry_main.py"
-    main.write_text("import sys\n\nfrom gantry.cli import main\n\nsys.exit(main())\n")
+    main.write_text("from gantry.cli import entry\n\nentry()\n")
     return main
 
 

@@ -106,6 +106,46 @@ def test_status_cli_exit_codes(tmp_path: Path) -> None:
     assert status("--bogus").returncode == 2
 
 
+@pytest.mark.slow
+def test_healthcheck_leaves_without_teardown_but_with_its_output(tmp_path: Path) -> None:
+    """status/version skip interpreter teardown (os._exit) yet flush what they printed.
+
+    An atexit hook stands in for teardown: it runs for `run`-style exits, not for these.
+    Output goes to a pipe (block-buffered), so a missing flush would lose the line.
+    """
+    _fresh_db(tmp_path)
+    hook = ("import atexit, sys; atexit.register(lambda: sys.stderr.write('TEARDOWN'));"
+            "sys.argv = ['gantry', *sys.argv[1:]]; from gantry.cli import entry; entry()")
+    env = {"PATH": os.environ["PATH"], "DATA_DIR": str(tmp_path)}
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", hook, *argv], env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    r = run("status")
+    assert (r.returncode, r.stdout.count("\n"), r.stderr) == (0, 1, ""), r
+    assert r.stdout.startswith("healthy")
+    r = run("status", "--data-dir", str(tmp_path / "none"))
+    assert r.returncode == 1 and "no database" in r.stdout and "TEARDOWN" not in r.stderr
+    r = run("version", "--json")
+    assert r.returncode == 0 and '"version"' in r.stdout and r.stderr == ""
+    r = run("status", "--bogus")  # argparse's usage error: an ordinary exit
+    assert r.returncode == 2 and "TEARDOWN" in r.stderr
+    r = run("cron", "list")  # every other command exits normally
+    assert "TEARDOWN" in r.stderr
+
+
+@pytest.mark.slow
+def test_healthcheck_exit_code_survives_a_closed_stdout(tmp_path: Path) -> None:
+    _fresh_db(tmp_path)
+    env = {"PATH": os.environ["PATH"], "DATA_DIR": str(tmp_path)}
+    for data_dir, code in ((tmp_path, 0), (tmp_path / "none", 1)):
+        r = subprocess.run([sys.executable, "-m", "gantry", "status", "--data-dir", str(data_dir)],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60,
+                           preexec_fn=lambda: os.close(1))
+        assert r.returncode == code and r.stderr == b"", r
+
+
 # Never imported by `status`/`version`: the client stacks, and the stdlib modules that cost a
 # healthcheck the most (argparse ~15 ms with what it loads at parse time, typing ~10 ms).
 NOT_ON_HEALTHCHECK = {"aiogram", "mcp", "mcp_types", "jsonschema", "httpx", "pydantic", "aiohttp",
