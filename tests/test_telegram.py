@@ -441,3 +441,27 @@ async def test_push_resumes_after_the_parts_already_sent(tmp_path: Path) -> None
         assert tg.sent_texts(42) == [parts[1].text, parts[2].text]
         assert seen == [(2, 3), (3, 3), (3, 3)]
     assert ch.can_push("42") and not ch.can_push("-10042") and not ch.can_push("x")
+
+
+def test_session_sets_up_what_aiogram_does_with_gantrys_context_and_no_other() -> None:
+    """_Session skips AiohttpSession.__init__ (and the certifi context it would build):
+    everything else it sets up must match stock aiogram, so an upgrade that adds to
+    __init__ fails here."""
+    import ssl
+
+    from aiogram.client.session.aiohttp import AiohttpSession
+    from aiogram.client.telegram import TelegramAPIServer
+
+    api = TelegramAPIServer.from_base("http://127.0.0.1:9")
+    ctx = ssl.create_default_context()
+    stock = vars(AiohttpSession(api=api))
+    ours = vars(telegram._Session(ctx, api=api))
+    assert sorted(ours) == sorted(stock)
+    for key, value in stock.items():
+        if key == "middleware":
+            assert type(ours[key]) is type(value)
+        elif key == "_connector_init":
+            assert ours[key] == {**value, "ssl": ctx}
+        else:
+            assert ours[key] == value, key
+    assert vars(telegram._Session(None, api=api))["_connector_init"]["ssl"] is not ctx

@@ -17,10 +17,12 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+from aiohttp import TCPConnector
 
 import gantry.channel.aiogram_lazy  # noqa: F401  # isort: skip  (before aiogram: lazy models)
 from aiogram import Bot
 from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.session.base import BaseSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import (
     ClientDecodeError,
@@ -64,6 +66,8 @@ STRANGER_LOG_EVERY = 3600.0  # also how often an ignored group chat is logged
 STRANGERS_MAX = 1024  # users remembered for the once-an-hour log line
 DELIVERY_GRACE = 10.0  # how long a delivery may still run once shutdown has begun
 PRUNE_EVERY = 3600.0  # seconds between prunes of finished updates
+SESSION_LIMIT = 100  # aiogram's defaults for its aiohttp connector (see _Session)
+SESSION_DNS_TTL = 3600
 BACKOFF_FIRST = 1.0  # first retry delay of the poller and the chat workers
 PLACEHOLDER = "…"
 FAILED_REPLY = (
@@ -81,12 +85,25 @@ PERMANENT = (TelegramForbiddenError, TelegramNotFound, TelegramBadRequest,
 
 class _Session(AiohttpSession):
     """aiogram's session, verifying Telegram against the CA certificates gantry chose
-    (gantry.tls); aiogram itself always uses certifi's bundle."""
+    (gantry.tls); aiogram itself always uses certifi's bundle.
+
+    Given gantry's context, it sets up what AiohttpSession.__init__ sets up, minus the certifi
+    context that __init__ would build and gantry would throw away (~50 ms of every start).
+    tests/test_telegram.py checks the attributes match stock aiogram's, so an aiogram that
+    sets up more fails there, not at run time.
+    """
 
     def __init__(self, ssl_context: ssl.SSLContext | None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        if ssl_context is not None:
-            self._connector_init["ssl"] = ssl_context
+        if ssl_context is None:
+            super().__init__(**kwargs)
+            return
+        BaseSession.__init__(self, **kwargs)
+        self._session = None
+        self._connector_type = TCPConnector
+        self._connector_init = {"ssl": ssl_context, "limit": SESSION_LIMIT,
+                                "ttl_dns_cache": SESSION_DNS_TTL}
+        self._should_reset_connector = True
+        self._proxy = None
 
 
 class BotTokenRejected(Exception):
