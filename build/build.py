@@ -126,6 +126,22 @@ def mcp_lean_config() -> Path:
     return MCP_LEAN_CONFIG
 
 
+# aiohttp/connector.py builds two default SSL contexts at import (~100 ms of every start) that
+# only serve requests without a context of their own; gantry always brings one (gantry.tls).
+# build/aiohttp_lean.py has them built on first use instead.
+AIOHTTP_LEAN_CONFIG = WORKROOT / "aiohttp-lean.nuitka-package.config.yml"
+
+
+def aiohttp_lean_config() -> Path:
+    """Write the Nuitka package configuration for the installed aiohttp; return its path."""
+    sys.path.insert(0, str(ROOT / "build"))
+    from aiohttp_lean import package_config
+
+    AIOHTTP_LEAN_CONFIG.parent.mkdir(parents=True, exist_ok=True)
+    AIOHTTP_LEAN_CONFIG.write_text(package_config())
+    return AIOHTTP_LEAN_CONFIG
+
+
 def tempdir_spec(version: str, commit: str) -> str:
     tag = f"{version}-{commit[:12]}" if commit and commit != "unknown" else version
     return f"{TEMPDIR_PARENT}/gantry-{re.sub(r'[^A-Za-z0-9._-]', '_', tag)}"
@@ -149,6 +165,7 @@ def nuitka_command(
         "--include-package-data=gantry",
         *(f"--nofollow-import-to={m}" for m in (*NOFOLLOW, *MCP_WEB_MODULES)),
         f"--user-package-configuration-file={MCP_LEAN_CONFIG}",
+        f"--user-package-configuration-file={AIOHTTP_LEAN_CONFIG}",
         *(f"--include-module={m}" for m in INCLUDE_MODULES),
         "--noinclude-pytest-mode=nofollow",
         "--noinclude-setuptools-mode=nofollow",
@@ -310,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     setup()
     mcp_lean_config()
+    aiohttp_lean_config()
     stage(info)
     dist.mkdir(parents=True, exist_ok=True)
     WORK.mkdir(parents=True, exist_ok=True)

@@ -238,7 +238,7 @@ def entry() -> None:
     code = main(argv)
     if argv and argv[0] in LEAN_OPTIONS:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            try:  # noqa: SIM105  (contextlib costs the healthcheck ~2 ms of imports)
                 stream.flush()
             except (OSError, ValueError, AttributeError):
                 pass

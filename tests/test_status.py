@@ -140,8 +140,8 @@ def test_healthcheck_exit_code_survives_a_closed_stdout(tmp_path: Path) -> None:
     _fresh_db(tmp_path)
     env = {"PATH": os.environ["PATH"], "DATA_DIR": str(tmp_path)}
     for data_dir, code in ((tmp_path, 0), (tmp_path / "none", 1)):
-        r = subprocess.run([sys.executable, "-m", "gantry", "status", "--data-dir", str(data_dir)],
-                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60,
+        argv = [sys.executable, "-m", "gantry", "status", "--data-dir", str(data_dir)]
+        r = subprocess.run(argv, env=env, capture_output=True, timeout=60,
                            preexec_fn=lambda: os.close(1))
         assert r.returncode == code and r.stderr == b"", r
 
