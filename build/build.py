@@ -126,20 +126,26 @@ def mcp_lean_config() -> Path:
     return MCP_LEAN_CONFIG
 
 
+# Two more module replacements, each generated from the installed package by its own
+# build/*_lean.py (module docstrings say why, tests/test_build_*_lean.py run the result):
 # aiohttp/connector.py builds two default SSL contexts at import (~100 ms of every start) that
-# only serve requests without a context of their own; gantry always brings one (gantry.tls).
-# build/aiohttp_lean.py has them built on first use instead.
-AIOHTTP_LEAN_CONFIG = WORKROOT / "aiohttp-lean.nuitka-package.config.yml"
+# only serve requests without a context of their own, and gantry always brings one;
+# anyio's lazy exports need the package's source, which a frozen package does not have.
+LEAN_CONFIGS = {
+    "aiohttp_lean": WORKROOT / "aiohttp-lean.nuitka-package.config.yml",
+    "anyio_lean": WORKROOT / "anyio-lean.nuitka-package.config.yml",
+}
 
 
-def aiohttp_lean_config() -> Path:
-    """Write the Nuitka package configuration for the installed aiohttp; return its path."""
+def lean_configs() -> list[Path]:
+    """Write the Nuitka package configurations of LEAN_CONFIGS; return their paths."""
+    import importlib
+
     sys.path.insert(0, str(ROOT / "build"))
-    from aiohttp_lean import package_config
-
-    AIOHTTP_LEAN_CONFIG.parent.mkdir(parents=True, exist_ok=True)
-    AIOHTTP_LEAN_CONFIG.write_text(package_config())
-    return AIOHTTP_LEAN_CONFIG
+    for module, path in LEAN_CONFIGS.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(importlib.import_module(module).package_config())
+    return list(LEAN_CONFIGS.values())
 
 
 def tempdir_spec(version: str, commit: str) -> str:
@@ -165,7 +171,7 @@ def nuitka_command(
         "--include-package-data=gantry",
         *(f"--nofollow-import-to={m}" for m in (*NOFOLLOW, *MCP_WEB_MODULES)),
         f"--user-package-configuration-file={MCP_LEAN_CONFIG}",
-        f"--user-package-configuration-file={AIOHTTP_LEAN_CONFIG}",
+        *(f"--user-package-configuration-file={path}" for path in LEAN_CONFIGS.values()),
         *(f"--include-module={m}" for m in INCLUDE_MODULES),
         "--noinclude-pytest-mode=nofollow",
         "--noinclude-setuptools-mode=nofollow",
@@ -327,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     setup()
     mcp_lean_config()
-    aiohttp_lean_config()
+    lean_configs()
     stage(info)
     dist.mkdir(parents=True, exist_ok=True)
     WORK.mkdir(parents=True, exist_ok=True)
