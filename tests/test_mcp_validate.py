@@ -3,8 +3,15 @@ the error names the field, and the schemas MCP servers really send take the fast
 
 from __future__ import annotations
 
+import json
+import logging
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -12,7 +19,17 @@ from hypothesis import strategies as st
 from jsonschema import Draft7Validator, Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from gantry.mcp.validate import Unsupported, compile_check, compile_schema, violation
+from gantry.mcp.validate import (
+    FAST_DRAFTS,
+    FAST_META_SCHEMAS,
+    Unsupported,
+    compile_check,
+    compile_schema,
+    fast_draft,
+    violation,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 NAMES = st.sampled_from(["a", "b", "n", "text"])
 PRIMITIVES = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.sampled_from(
@@ -203,7 +220,9 @@ def test_draft4_and_floats_as_integers_are_left_to_jsonschema() -> None:
     assert not v.fast({"n": 1.0}) and violation(v, {"n": 1.0}) is None  # 2020-12: 1.0 is one
 
 
-def test_argument_validation_names_the_field_and_tolerates_broken_schemas() -> None:
+def test_argument_validation_names_the_field_and_tolerates_broken_schemas(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     v = compile_schema({"type": "object", "properties": {"n": {"type": "integer"},
                                                          "o": {"type": "object", "properties": {
                                                              "x": {"enum": ["a", "b"]}}}},
@@ -214,5 +233,76 @@ def test_argument_validation_names_the_field_and_tolerates_broken_schemas() -> N
     assert violation(v, {}) == ("invalid arguments: at (the arguments object): "
                                 "'n' is a required property")
     assert "at o.x:" in str(violation(v, {"n": 1, "o": {"x": "c"}}))
-    assert compile_schema({"type": "object", "properties": {"a": {"type": "nope"}}}) is None
+    broken = compile_schema({"type": "object", "properties": {"a": {"type": "nope"}}})
+    assert broken.fast is None and not caplog.records  # found at first need, not at tools/list
+    with caplog.at_level(logging.WARNING, logger="gantry.mcp"):
+        assert violation(broken, {"a": 1}) is None
+        assert violation(broken, {"a": "x"}) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "tool input schema is unusable; arguments not validated"]  # once per tool
     assert violation(None, {"a": 1}) is None
+
+
+def test_the_draft_table_follows_the_installed_jsonschema() -> None:
+    """fast_draft decides without jsonschema what validator_for would pick: the table's URIs
+    are exactly the meta-schemas of FAST_DRAFTS, however they are spelled in `$schema`."""
+    from jsonschema import validators
+
+    for uri in FAST_META_SCHEMAS:
+        for spelled in (uri, uri + "#"):
+            assert validators.validator_for({"$schema": spelled}).__name__ in FAST_DRAFTS
+            assert fast_draft({"$schema": spelled, "type": "object"})
+    ids = {urlsplit(getattr(validators, name).META_SCHEMA["$id"]).geturl()
+           for name in FAST_DRAFTS}
+    assert ids == FAST_META_SCHEMAS
+    assert fast_draft({"type": "object"}) and fast_draft(True)
+    for other in ("http://json-schema.org/draft-04/schema#", "http://json-schema.org/schema#",
+                  "https://example.com/my-dialect", 7):
+        assert not fast_draft({"$schema": other})
+        assert compile_schema({"$schema": other, "type": "object"}).fast is None
+
+
+LAZY_JSONSCHEMA = """
+import json, os, sys, anyio
+from gantry.mcp.host import Host
+from gantry.mcp.manifest import parse
+from gantry.tools import Registry
+
+async def main():
+    host = Host(parse({manifest!r}, os.environ), Registry(), os.environ)
+    async with anyio.create_task_group() as tg:
+        await host.start(tg)
+        tg.cancel_scope.cancel()
+    (server,) = host.servers.values()
+    tools = {{lt.name: lt.validator for lt in server.listed.values()}}
+    good = {{"get_current_time": {{"timezone": "Europe/Paris"}},
+             "convert_time": {{"source_timezone": "UTC", "time": "12:00",
+                               "target_timezone": "Asia/Tokyo"}}}}
+    out = {{"tools": sorted(tools), "fast": sorted(n for n, v in tools.items() if v.fast)}}
+    out["good"] = [tools[n].violation(a) for n, a in good.items()]
+    out["before"] = "jsonschema" in sys.modules
+    out["bad"] = tools["get_current_time"].violation({{"timezone": 5}})
+    out["after"] = "jsonschema" in sys.modules
+    print(json.dumps(out))
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.slow
+def test_a_real_server_s_schemas_validate_without_importing_jsonschema() -> None:
+    """mcp-server-time's tools, listed by gantry's host in a fresh process: good arguments are
+    decided by the fast path alone; the first bad one loads jsonschema to word the error."""
+    from tests.fakes.mcp_servers import time_command, toml_server
+
+    code = LAZY_JSONSCHEMA.format(manifest=toml_server("time", [time_command()]))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["tools"] == ["convert_time", "get_current_time"]
+    assert out["fast"] == out["tools"]
+    assert out["good"] == [None, None]
+    assert out["before"] is False
+    assert str(out["bad"]).startswith("invalid arguments: at timezone: 5 is not of type")
+    assert out["after"] is True

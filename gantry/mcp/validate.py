@@ -6,6 +6,9 @@ compile here into a plain predicate. It is one-sided on purpose: it answers True
 jsonschema would accept the instance too. Whatever it does not know (a keyword, a draft, an
 `integer` sent as 1.0) makes it answer False or not compile at all, and jsonschema decides
 and words the error. So the fast path can make a call cheaper, never let a bad one through.
+
+jsonschema itself (~2 MiB resident) is imported only when a call first needs it: the fast
+path compiles without it, deciding the draft from `$schema` with the table below.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 log = logging.getLogger("gantry.mcp")
 
@@ -33,6 +37,14 @@ KNOWN = ANNOTATIONS | {
 # earlier differ: boolean exclusiveMinimum, `required` inside properties, type "any").
 FAST_DRAFTS = frozenset({"Draft6Validator", "Draft7Validator", "Draft201909Validator",
                          "Draft202012Validator"})
+# Their meta-schema URIs as jsonschema's validator_for looks them up (normalised with
+# urlsplit(...).geturl(), which drops an empty `#`); tests keep this in step with jsonschema.
+FAST_META_SCHEMAS = frozenset({
+    "http://json-schema.org/draft-06/schema",
+    "http://json-schema.org/draft-07/schema",
+    "https://json-schema.org/draft/2019-09/schema",
+    "https://json-schema.org/draft/2020-12/schema",
+})
 
 
 class Unsupported(Exception):
@@ -190,55 +202,88 @@ def compile_check(schema: Any) -> Check:
     return check_all
 
 
+def fast_draft(schema: Any) -> bool:
+    """Whether jsonschema would pick one of FAST_DRAFTS for `schema`, decided without importing
+    it: no `$schema` means its default (the latest draft); an unknown URI means no fast path."""
+    if not isinstance(schema, Mapping) or "$schema" not in schema:
+        return True
+    uri = schema["$schema"]
+    if not isinstance(uri, str):
+        return False
+    try:
+        return urlsplit(uri).geturl() in FAST_META_SCHEMAS
+    except ValueError:
+        return False
+
+
+_UNBUILT: Any = object()
+
+
 class ArgsValidator:
-    """One tool's compiled validator: built once per tools/list, used on every call."""
+    """One tool's validator: the fast check compiled at tools/list, jsonschema's validator
+    built on the first call the fast check does not decide, then kept."""
 
-    __slots__ = ("fast", "full")
+    __slots__ = ("_full", "fast", "schema")
 
-    def __init__(self, full: Any, fast: Check | None) -> None:
-        self.full = full
+    def __init__(self, schema: Mapping[str, Any], fast: Check | None) -> None:
+        self.schema = schema
         self.fast = fast
+        self._full: Any = _UNBUILT
+
+    def full(self) -> Any | None:
+        """jsonschema's validator for the schema, or None when the schema is itself broken
+        (logged once, here: the calls then go through unvalidated)."""
+        if self._full is _UNBUILT:
+            self._full = _build_full(self.schema)
+        return self._full
 
     def violation(self, args: Mapping[str, Any]) -> str | None:
         """The first schema violation as one sentence naming the field, or None."""
         if self.fast is not None and self.fast(args):
             return None
-        if self.full.is_valid(args):  # without building error objects
+        full = self.full()
+        if full is None or full.is_valid(args):  # is_valid: without building error objects
             return None
         from jsonschema.exceptions import best_match
 
-        error = best_match(self.full.iter_errors(args))
+        error = best_match(full.iter_errors(args))
         if error is None:
             return None
         where = ".".join(str(p) for p in error.absolute_path) or "(the arguments object)"
         return f"invalid arguments: at {where}: {error.message}"
 
 
-def compile_schema(schema: Mapping[str, Any]) -> ArgsValidator | None:
-    """The validator for one input schema, or None when the server's schema is itself broken
-    (then the call goes through unvalidated, with a warning)."""
+def _build_full(schema: Mapping[str, Any]) -> Any | None:
     from jsonschema import validators
     from jsonschema.exceptions import SchemaError
 
     try:
         cls = validators.validator_for(schema)
         cls.check_schema(schema)
-        full = cls(schema)
+        return cls(schema)
     except SchemaError as exc:
         error = exc.message
     except Exception as exc:  # e.g. an unknown $schema dialect: the call still goes through
         error = f"{type(exc).__name__}: {exc}"
-    else:
-        fast: Check | None = None
-        if cls.__name__ in FAST_DRAFTS:
-            try:
-                fast = compile_check(schema)
-            except (Unsupported, RecursionError):
-                fast = None
-        return ArgsValidator(full, fast)
     log.warning("tool input schema is unusable; arguments not validated",
                 extra={"error": error[:200]})
     return None
+
+
+def compile_schema(schema: Mapping[str, Any]) -> ArgsValidator:
+    """The validator for one input schema, with only the fast check compiled (no jsonschema).
+
+    A schema that is itself broken is found when a call first needs jsonschema (the fast
+    check does not compile, or answers False): then a warning is logged once and that tool's
+    calls go through unvalidated, as before, only no longer at tools/list.
+    """
+    fast: Check | None = None
+    if fast_draft(schema):
+        try:
+            fast = compile_check(schema)
+        except (Unsupported, RecursionError):
+            fast = None
+    return ArgsValidator(schema, fast)
 
 
 def violation(validator: ArgsValidator | None, args: Mapping[str, Any]) -> str | None:
