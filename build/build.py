@@ -126,6 +126,20 @@ def mcp_lean_config() -> Path:
     return MCP_LEAN_CONFIG
 
 
+# aiogram's ~180 method classes created on first use instead of at `import aiogram`
+# (build/aiogram_lean.py: a lazy aiogram.methods and client/bot.py importing them where used).
+AIOGRAM_LEAN_CONFIG = WORKROOT / "aiogram-lean.nuitka-package.config.yml"
+
+
+def aiogram_lean_config() -> Path:
+    """Write the Nuitka package configuration for the installed aiogram; return its path."""
+    from aiogram_lean import package_config
+
+    AIOGRAM_LEAN_CONFIG.parent.mkdir(parents=True, exist_ok=True)
+    AIOGRAM_LEAN_CONFIG.write_text(package_config())
+    return AIOGRAM_LEAN_CONFIG
+
+
 def tempdir_spec(version: str, commit: str) -> str:
     tag = f"{version}-{commit[:12]}" if commit and commit != "unknown" else version
     return f"{TEMPDIR_PARENT}/gantry-{re.sub(r'[^A-Za-z0-9._-]', '_', tag)}"
@@ -149,6 +163,7 @@ def nuitka_command(
         "--include-package-data=gantry",
         *(f"--nofollow-import-to={m}" for m in (*NOFOLLOW, *MCP_WEB_MODULES)),
         f"--user-package-configuration-file={MCP_LEAN_CONFIG}",
+        f"--user-package-configuration-file={AIOGRAM_LEAN_CONFIG}",
         *(f"--include-module={m}" for m in INCLUDE_MODULES),
         "--noinclude-pytest-mode=nofollow",
         "--noinclude-setuptools-mode=nofollow",
@@ -310,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     setup()
     mcp_lean_config()
+    aiogram_lean_config()
     stage(info)
     dist.mkdir(parents=True, exist_ok=True)
     WORK.mkdir(parents=True, exist_ok=True)
