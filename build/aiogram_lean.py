@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 METHODS = "aiogram.methods"
@@ -221,6 +222,15 @@ def module_path(module: str, root: Path) -> Path:
     return package / "__init__.py" if module == METHODS else package.with_suffix(".py")
 
 
+def yaml_string(text: str) -> str:
+    """`text` as a YAML double-quoted scalar. JSON's escapes are YAML's, except that YAML
+    readers do not join JSON's surrogate pairs: characters beyond U+FFFF (the emoji in
+    bot.py's docstrings) are written as YAML's \\UXXXXXXXX instead."""
+    parts = re.split("([\U00010000-\U0010ffff])", text)
+    return '"' + "".join(f"\\U{ord(p):08x}" if i % 2 else json.dumps(p)[1:-1]
+                         for i, p in enumerate(parts)) + '"'
+
+
 def package_config() -> str:
     """A Nuitka user package configuration (YAML) with both replacements."""
     where, _ = methods_map()
@@ -230,7 +240,7 @@ def package_config() -> str:
         lines.append(f"- module-name: '{module}'")
         lines.append("  anti-bloat:")
         lines.append("    - description: 'gantry: create aiogram method classes on first use'")
-        lines.append(f"      module_code: {json.dumps(code)}")
+        lines.append(f"      module_code: {yaml_string(code)}")
         if module == METHODS:
             lines.append("  implicit-imports:")
             lines.append("    - depends:")
