@@ -215,8 +215,9 @@ REPORT = """
 """
 
 
-def _fallback(setup: str) -> dict[str, Any]:
-    r = _python(textwrap.dedent(CAPTURE) + textwrap.dedent(setup) + textwrap.dedent(REPORT))
+def _fallback(setup: str, lean: Path | None = None) -> dict[str, Any]:
+    r = _python(textwrap.dedent(CAPTURE) + textwrap.dedent(setup) + textwrap.dedent(REPORT),
+                lean=lean)
     assert r.returncode == 0, r.stderr
     out: dict[str, Any] = json.loads(r.stdout)
     assert out["state"] == "stock"
@@ -227,11 +228,14 @@ def _fallback(setup: str) -> dict[str, Any]:
     return out
 
 
-def test_fallback_when_pydantic_hooks_changed() -> None:
+@pytest.mark.parametrize("lean_copy", [False, True], ids=["stock-source", "lean-methods"])
+def test_fallback_when_pydantic_hooks_changed(
+    lean_copy: bool, request: pytest.FixtureRequest
+) -> None:
     out = _fallback("""
         import pydantic
         pydantic.BaseModel.__pydantic_init_subclass__ = staticmethod(lambda **kw: None)
-    """)
+    """, lean=request.getfixturevalue("lean") if lean_copy else None)
     assert out["update_built"] and out["send_built"]  # stock: everything built at import
     assert "classmethod" in out["records"][0]["reason"]
 
@@ -262,3 +266,29 @@ def test_fallback_when_aiogram_was_imported_first() -> None:
     out = _fallback("import aiogram\n")
     assert out["update_built"] and out["send_built"]
     assert out["records"][0]["reason"] == "already imported"
+
+
+@pytest.mark.parametrize("lean_copy", [False, True], ids=["stock-source", "lean-methods"])
+def test_fallback_when_a_method_class_is_built_at_creation(
+    lean_copy: bool, request: pytest.FixtureRequest
+) -> None:
+    """A method built when its class is created (at the import, or later with the lean
+    methods package) is not what the shim expects: stock aiogram, one warning."""
+    out = _fallback("""
+        import importlib.abc, importlib.machinery, importlib.util, sys
+        class BuiltGetMe(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+            def find_spec(self, name, path, target=None):
+                if name != "aiogram.methods.get_me" or getattr(self, "done", False):
+                    return None
+                real = importlib.machinery.PathFinder.find_spec(name, path)
+                self.source = open(real.origin).read() + "\\nGetMe.model_rebuild(force=True)\\n"
+                return importlib.util.spec_from_file_location(name, real.origin, loader=self)
+            def create_module(self, spec):
+                return None
+            def exec_module(self, module):
+                self.done = True  # the stock re-import gets aiogram's own module
+                exec(compile(self.source, module.__spec__.origin, "exec"), module.__dict__)
+        sys.meta_path.insert(0, BuiltGetMe())
+    """, lean=request.getfixturevalue("lean") if lean_copy else None)
+    assert "GetMe" in out["records"][0]["reason"]
+    assert out["send_built"]
