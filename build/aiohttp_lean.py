@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import json
 from pathlib import Path
+
+from lean_yaml import yaml_string
 
 CONNECTOR = "aiohttp.connector"
 # name -> the `verified` argument aiohttp passes to _make_ssl_context for it
@@ -138,6 +139,6 @@ def package_config() -> str:
         f"- module-name: '{CONNECTOR}'",
         "  anti-bloat:",
         "    - description: 'gantry: default SSL contexts built on first use, not at import'",
-        f"      module_code: {json.dumps(connector_source())}",
+        f"      module_code: {yaml_string(connector_source())}",
         "",
     ])

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 from pathlib import Path
 from typing import Any
+
+from lean_yaml import yaml_string
 
 LAZYIMPORT = "anyio._lazyimport"
 PACKAGES = ("anyio", "anyio.abc")
@@ -87,6 +88,6 @@ def package_config() -> str:
         f"- module-name: '{LAZYIMPORT}'",
         "  anti-bloat:",
         "    - description: 'gantry: anyio exports stay lazy without source to parse'",
-        f"      module_code: {json.dumps(lazyimport_source())}",
+        f"      module_code: {yaml_string(lazyimport_source())}",
         "",
     ])

@@ -1,12 +1,14 @@
 """Run as a script by tests/test_aiogram_lazy.py: validate and serialise aiogram models.
 
     python -m tests._aiogram_walk stock PAYLOADS RESULTS           # stock aiogram: both written
-    python -m tests._aiogram_walk lazy PAYLOADS RESULTS [--seed N] # gantry's shim first
+    python -m tests._aiogram_walk lazy PAYLOADS RESULTS [--seed N] [--lean]
+                                                                   # gantry's shim first
 
 Each model is fed its payload and a broken copy of it; the result recorded is what validation
 and every kind of serialisation produce (or the error they raise), so two runs can be compared
 for equality. Payloads are generated from the stock models' resolved field annotations; the
-types and methods gantry's channel uses also get realistic payloads (USED).
+types and methods gantry's channel uses also get realistic payloads (USED). --lean: aiogram
+must be the binary's lazy-methods copy (build/aiogram_lean.py) first on sys.path.
 """
 
 from __future__ import annotations
@@ -209,11 +211,19 @@ def main(argv: list[str]) -> int:
         if lazy.state != "lazy":
             print(f"shim not applied: {lazy.state}", file=sys.stderr)
             return 3
+        if "--lean" in rest:
+            import aiogram.methods
+
+            created = [m for m in sys.modules if m.startswith("aiogram.methods.")]
+            if "_LAZY_WHERE" not in vars(aiogram.methods) or len(created) > 4:
+                print(f"not the lean aiogram: {aiogram.methods.__file__}, {created}",
+                      file=sys.stderr)
+                return 4
         cases = json.loads(Path(payloads).read_text())["cases"]
     else:
         cases = catalogue()["cases"]
         Path(payloads).write_text(json.dumps({"cases": cases}))
-    seed = int(rest[1]) if rest[:1] == ["--seed"] else None
+    seed = int(rest[rest.index("--seed") + 1]) if "--seed" in rest else None
     Path(dst).write_text(json.dumps(check(cases, seed), sort_keys=True))
     return 0
 

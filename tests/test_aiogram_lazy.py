@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -33,15 +34,25 @@ CHANNEL_USES = {
 }
 
 
-def _python(code: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT,
+def _env(lean: Path | None) -> dict[str, str] | None:
+    """None: the installed aiogram; else `lean` (a copy as the binary has it) comes first."""
+    return None if lean is None else {**os.environ,
+                                      "PYTHONPATH": f"{lean}{os.pathsep}{ROOT}"}
+
+
+def _python(code: str, timeout: float = 600,
+            lean: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(lean),
                           capture_output=True, text=True, timeout=timeout)
 
 
-def _walk(flavour: str, payloads: Path, out: Path, *extra: str) -> dict[str, Any]:
+def _walk(flavour: str, payloads: Path, out: Path, *extra: str,
+          lean: Path | None = None) -> dict[str, Any]:
+    if lean is not None:
+        extra = (*extra, "--lean")
     r = subprocess.run([sys.executable, "-m", "tests._aiogram_walk", flavour, str(payloads),
                         str(out), *extra], cwd=ROOT, capture_output=True, text=True,
-                       timeout=900)
+                       timeout=900, env=_env(lean))
     assert r.returncode == 0, r.stderr[-3000:]
     result: dict[str, Any] = json.loads(out.read_text())
     return result
@@ -54,9 +65,21 @@ def stock(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
     return payloads, _walk("stock", payloads, d / "stock.json")
 
 
-@pytest.mark.parametrize("seed", [None, 1], ids=["channel-types-first", "shuffled"])
+@pytest.fixture(scope="module")
+def lean(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the installed aiogram with build/aiogram_lean.py's replacements: aiogram as
+    frozen into the binary, method classes created on first use."""
+    sys.path.insert(0, str(ROOT / "build"))
+    import aiogram_lean
+
+    return aiogram_lean.write_lean_copy(tmp_path_factory.mktemp("lean-aiogram"))
+
+
+@pytest.mark.parametrize("seed, lean_copy", [(None, False), (1, False), (2, True)],
+                         ids=["channel-types-first", "shuffled", "lean-methods-shuffled"])
 def test_models_validate_and_serialise_as_stock(
-    stock: tuple[Path, dict[str, Any]], tmp_path: Path, seed: int | None
+    stock: tuple[Path, dict[str, Any]], tmp_path: Path, seed: int | None, lean_copy: bool,
+    request: pytest.FixtureRequest,
 ) -> None:
     payloads, expected = stock
     cases = json.loads(payloads.read_text())["cases"]
@@ -72,19 +95,26 @@ def test_models_validate_and_serialise_as_stock(
     assert len(valid) > 0.7 * len(expected), "the generated payloads mostly fail: fix the walker"
 
     got = _walk("lazy", payloads, tmp_path / "lazy.json",
-                *(["--seed", str(seed)] if seed is not None else []))
+                *(["--seed", str(seed)] if seed is not None else []),
+                lean=request.getfixturevalue("lean") if lean_copy else None)
     assert got.keys() == expected.keys()
     differ = [k for k in expected if got[k] != expected[k]]
     assert not differ, (differ[:10], json.dumps(got[differ[0]])[:2000],
                         json.dumps(expected[differ[0]])[:2000])
 
 
-def test_shim_defers_every_model_until_first_use() -> None:
+@pytest.mark.parametrize("lean_copy", [False, True], ids=["stock-source", "lean-methods"])
+def test_shim_defers_every_model_until_first_use(
+    lean_copy: bool, request: pytest.FixtureRequest
+) -> None:
+    """Every type and method is left unbuilt; with the lean copy the method classes are
+    created only by this check, after the shim is done, and must be deferred all the same."""
     r = _python(textwrap.dedent("""
         import json
         import gantry.channel.aiogram_lazy as lazy
         import aiogram.methods as m, aiogram.types as t
         from aiogram.methods.base import Response
+        lazy_methods = "_LAZY_WHERE" in vars(m) and "SendMessage" not in vars(m)
         def built(mod):
             return sorted(n for n in mod.__all__
                           if getattr(getattr(mod, n), '__pydantic_complete__', False))
@@ -95,8 +125,11 @@ def test_shim_defers_every_model_until_first_use() -> None:
         msg = r.result[0].message
         print(json.dumps({"state": lazy.state, "before": before, "text": msg.text,
                           "message_built": t.Message.__pydantic_complete__,
-                          "dump": msg.chat.model_dump(exclude_none=True)}))
-    """))
+                          "dump": msg.chat.model_dump(exclude_none=True),
+                          "lazy_methods": lazy_methods,
+                          "sent": m.SendMessage(chat_id=1, text="x").model_dump(
+                              include={"chat_id", "text"})}))
+    """), lean=request.getfixturevalue("lean") if lean_copy else None)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["state"] == "lazy"
@@ -104,6 +137,8 @@ def test_shim_defers_every_model_until_first_use() -> None:
     assert out["before"] == {"types": [], "methods": ["Request", "Response", "TelegramMethod"]}
     assert out["text"] == "hi" and out["message_built"] is False
     assert out["dump"] == {"id": 1, "type": "private"}
+    assert out["lazy_methods"] is lean_copy
+    assert out["sent"] == {"chat_id": 1, "text": "x"}
 
 
 # ------------------------------------------------------------------ the shapes relied upon
@@ -180,8 +215,9 @@ REPORT = """
 """
 
 
-def _fallback(setup: str) -> dict[str, Any]:
-    r = _python(textwrap.dedent(CAPTURE) + textwrap.dedent(setup) + textwrap.dedent(REPORT))
+def _fallback(setup: str, lean: Path | None = None) -> dict[str, Any]:
+    r = _python(textwrap.dedent(CAPTURE) + textwrap.dedent(setup) + textwrap.dedent(REPORT),
+                lean=lean)
     assert r.returncode == 0, r.stderr
     out: dict[str, Any] = json.loads(r.stdout)
     assert out["state"] == "stock"
@@ -192,11 +228,14 @@ def _fallback(setup: str) -> dict[str, Any]:
     return out
 
 
-def test_fallback_when_pydantic_hooks_changed() -> None:
+@pytest.mark.parametrize("lean_copy", [False, True], ids=["stock-source", "lean-methods"])
+def test_fallback_when_pydantic_hooks_changed(
+    lean_copy: bool, request: pytest.FixtureRequest
+) -> None:
     out = _fallback("""
         import pydantic
         pydantic.BaseModel.__pydantic_init_subclass__ = staticmethod(lambda **kw: None)
-    """)
+    """, lean=request.getfixturevalue("lean") if lean_copy else None)
     assert out["update_built"] and out["send_built"]  # stock: everything built at import
     assert "classmethod" in out["records"][0]["reason"]
 
@@ -227,3 +266,29 @@ def test_fallback_when_aiogram_was_imported_first() -> None:
     out = _fallback("import aiogram\n")
     assert out["update_built"] and out["send_built"]
     assert out["records"][0]["reason"] == "already imported"
+
+
+@pytest.mark.parametrize("lean_copy", [False, True], ids=["stock-source", "lean-methods"])
+def test_fallback_when_a_method_class_is_built_at_creation(
+    lean_copy: bool, request: pytest.FixtureRequest
+) -> None:
+    """A method built when its class is created (at the import, or later with the lean
+    methods package) is not what the shim expects: stock aiogram, one warning."""
+    out = _fallback("""
+        import importlib.abc, importlib.machinery, importlib.util, sys
+        class BuiltGetMe(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+            def find_spec(self, name, path, target=None):
+                if name != "aiogram.methods.get_me" or getattr(self, "done", False):
+                    return None
+                real = importlib.machinery.PathFinder.find_spec(name, path)
+                self.source = open(real.origin).read() + "\\nGetMe.model_rebuild(force=True)\\n"
+                return importlib.util.spec_from_file_location(name, real.origin, loader=self)
+            def create_module(self, spec):
+                return None
+            def exec_module(self, module):
+                self.done = True  # the stock re-import gets aiogram's own module
+                exec(compile(self.source, module.__spec__.origin, "exec"), module.__dict__)
+        sys.meta_path.insert(0, BuiltGetMe())
+    """, lean=request.getfixturevalue("lean") if lean_copy else None)
+    assert "GetMe" in out["records"][0]["reason"]
+    assert out["send_built"]

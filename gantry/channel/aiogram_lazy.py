@@ -26,6 +26,11 @@ serializer, when it meets such an instance where the schema does not say what it
 cannot rebuild itself. Each deferred class's serializer mock is therefore also a descriptor
 that builds the class when read through an instance.
 
+In the binary, ``aiogram.methods`` is lazy too (build/aiogram_lean.py): a method class is
+created when first imported, after this module is done. ``TelegramMethod`` therefore gets its
+own ``__pydantic_init_subclass__`` (chaining to the inherited one) that gives each method
+class created later the same namespace and serializer; one method (``PROBE``) is checked.
+
 tests/test_aiogram_lazy.py checks types, methods and responses validate and serialise as with
 stock aiogram, and fails if aiogram's import shape or pydantic's hooks change.
 
@@ -46,6 +51,8 @@ log = logging.getLogger("gantry.channel.aiogram_lazy")
 TYPES = "aiogram.types"
 METHODS = "aiogram.methods"
 BASE = "aiogram.methods.base"
+# A method every Telegram channel sends first; checked to be deferred like the rest.
+PROBE = "GetMe"
 # Parameters of pydantic's BaseModel.model_rebuild the rebuild loop and the first-use rebuild
 # rely on; a pydantic that renames them must not be patched blindly.
 REBUILD_PARAMS = ("force", "raise_errors", "_parent_namespace_depth", "_types_namespace")
@@ -178,15 +185,50 @@ def _lazy_import() -> None:
     response = getattr(base_mod, "Response", None)
     if not isinstance(response, type) or not hasattr(response, "__pydantic_generic_metadata__"):
         raise ShapeChanged("aiogram.methods.base.Response is not a generic pydantic model")
-    eager = [c.__name__ for c in [*types_models, *_models(methods_mod)]
+    telegram_method = deferred_methods[0]
+    lazy_where = vars(methods_mod).get("_LAZY_WHERE")
+    if lazy_where is not None and not (isinstance(lazy_where, dict)
+                                       and set(methods_mod.__all__) <= set(lazy_where)):
+        raise ShapeChanged("aiogram.methods is lazy but does not map every name of __all__")
+    methods_seen = [c for c in created if issubclass(c, telegram_method)]
+    eager = [c.__name__ for c in [*types_models, *methods_seen]
              if getattr(c, "__pydantic_complete__", True) and c.__module__ != BASE]
     if eager:
         raise ShapeChanged(f"models built at import despite the shim: {eager[:5]}")
+    _on_method_classes(telegram_method, namespace)
     cls: Any
     for cls in {*created, response}:
-        cls.__pydantic_parent_namespace__ = namespace
-        if not cls.__pydantic_complete__:
-            _serializer_on_demand(cls)
+        _prepare(cls, namespace)
+    probe = getattr(methods_mod, PROBE)
+    if (probe.__pydantic_complete__ or probe.__pydantic_parent_namespace__ is not namespace
+            or type(probe.__dict__.get("__pydantic_serializer__")).__name__
+            != "SerializerOnDemand"):
+        raise ShapeChanged(f"aiogram.methods.{PROBE} was not deferred like the others")
+
+
+def _prepare(cls: Any, namespace: Any) -> None:
+    """Make a deferred aiogram class build on first use against aiogram.types' namespace."""
+    cls.__pydantic_parent_namespace__ = namespace
+    if not cls.__pydantic_complete__:
+        _serializer_on_demand(cls)
+
+
+def _on_method_classes(telegram_method: Any, namespace: Any) -> None:
+    """Prepare every aiogram method class created from now on as it is created: with a lazy
+    aiogram.methods (the binary, build/aiogram_lean.py) most are created after the import."""
+    own = telegram_method.__dict__.get("__pydantic_init_subclass__")
+    if own is not None and not isinstance(own, classmethod):
+        raise ShapeChanged("TelegramMethod.__pydantic_init_subclass__ is not a classmethod")
+
+    def init_subclass(cls: Any, **kwargs: Any) -> None:
+        if own is not None:
+            own.__func__(cls, **kwargs)
+        else:
+            super(telegram_method, cls).__pydantic_init_subclass__(**kwargs)
+        if (cls.__module__ or "").startswith(METHODS + "."):
+            _prepare(cls, namespace)
+
+    telegram_method.__pydantic_init_subclass__ = classmethod(init_subclass)
 
 
 def _stock_import(reason: str) -> None:

@@ -1,0 +1,230 @@
+"""build/aiogram_lean.py: the lazy aiogram.methods and rewritten client/bot.py of the binary.
+
+Checked against the installed aiogram: the same names are exported and resolve to the same
+classes, gantry's Telegram channel runs end to end on a copy of aiogram with both
+replacements (as the binary has it) and creates only the method classes it sends, and the
+rewrite refuses what it cannot move safely.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.fakes.openai import FakeOpenAI, Reply
+from tests.fakes.telegram import FakeTelegram
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "build"))
+
+import aiogram_lean  # noqa: E402
+
+TOKEN = "123456789:AAE_fake-token-for-tests-only_xyz"
+USER = 4242
+# The method modules gantry.channel.telegram sends through, plus aiogram.methods.base.
+CHANNEL_METHODS = {"base", "get_me", "delete_webhook", "set_my_commands", "get_updates",
+                   "send_chat_action", "send_message", "edit_message_text"}
+
+
+@pytest.fixture(scope="module")
+def lean(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return aiogram_lean.write_lean_copy(tmp_path_factory.mktemp("lean-aiogram"))
+
+
+def _python(code: str, lean: Path, timeout: float = 300) -> dict[str, object]:
+    env = {**os.environ, "PYTHONPATH": f"{lean}{os.pathsep}{ROOT}"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
+                       text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out: dict[str, object] = json.loads(r.stdout.splitlines()[-1])
+    return out
+
+
+def test_lazy_methods_export_the_installed_names_and_classes(lean: Path) -> None:
+    import aiogram.methods
+
+    where, all_names = aiogram_lean.methods_map()
+    assert all_names == tuple(aiogram.methods.__all__)
+    out = _python("""
+import importlib, json, sys
+import aiogram.methods as m
+before = sorted(n for n in sys.modules if n.startswith("aiogram.methods."))
+wrong = [n for n, (mod, attr) in m._LAZY_WHERE.items()
+         if getattr(m, n) is not getattr(importlib.import_module(mod, m.__name__), attr)]
+print(json.dumps({"file": m.__file__, "all": list(m.__all__), "wrong": wrong,
+                  "before": before, "dir": "SendMessage" in dir(m)}))
+""", lean)
+    assert str(out["file"]).startswith(str(lean))
+    assert out["all"] == list(aiogram.methods.__all__)
+    assert out["wrong"] == []
+    assert out["dir"] is True
+    # `import aiogram` creates only the method aiogram's Dispatcher imports at module level.
+    assert out["before"] == ["aiogram.methods.base", "aiogram.methods.get_updates"]
+    for name in all_names:
+        assert getattr(aiogram.methods, name) is getattr(  # the same mapping as stock
+            sys.modules["aiogram.methods" + where[name][0]], where[name][1])
+
+
+def test_bot_imports_no_method_at_module_level(lean: Path) -> None:
+    out = _python("""
+import json, sys
+import aiogram.client.bot as b
+import aiogram.methods as m
+print(json.dumps({"file": b.__file__,
+                  "names": sorted(n for n in m.__all__ if n in vars(b)),
+                  "modules": sorted(n for n in sys.modules if n.startswith("aiogram.methods."))}))
+""", lean)
+    assert str(out["file"]).startswith(str(lean))
+    assert out["names"] == []
+    assert len(out["modules"]) <= 3, out["modules"]  # base and what aiogram's dispatcher takes
+
+
+@pytest.mark.slow
+def test_telegram_channel_runs_on_lean_aiogram_and_creates_few_methods(
+    lean: Path, tmp_path: Path
+) -> None:
+    """`gantry run` (CHANNEL=telegram, streamed replies) on the lean copy against the fake Bot
+    API: it answers, and at exit only the method modules the channel sends are imported."""
+    tg, llm = FakeTelegram(token=TOKEN), FakeOpenAI()
+    tg.start_in_thread()
+    llm.start_in_thread()
+    report = tmp_path / "modules.json"
+    child = tmp_path / "child.py"
+    child.write_text(
+        "import atexit, json, sys\n"
+        "def _report():\n"
+        "    import aiogram, gantry.channel.aiogram_lazy as lazy\n"
+        f"    open({str(report)!r}, 'w').write(json.dumps({{'state': lazy.state,\n"
+        "        'file': aiogram.__file__,\n"
+        "        'methods': sorted(n for n in sys.modules if n.startswith('aiogram.methods.'))}))\n"
+        "atexit.register(_report)\n"
+        "from gantry.cli import main\n"
+        "sys.exit(main(['run']))\n"
+    )
+    (tmp_path / "persona").mkdir()
+    (tmp_path / "persona" / "PERSONA.md").write_text("You are a test bot.")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": f"{lean}{os.pathsep}{ROOT}",
+           "CHANNEL": "telegram", "TELEGRAM_BOT_TOKEN": TOKEN,
+           "TELEGRAM_ALLOWED_USERS": str(USER), "TELEGRAM_API_URL": tg.base_url,
+           "LLM_BASE_URL": llm.base_url, "LLM_API_KEY": "sk-lean", "LLM_MODEL": "fake-model",
+           "DATA_DIR": str(tmp_path / "data"), "PERSONA_DIR": str(tmp_path / "persona"),
+           "STREAM_REPLIES": "true"}
+    reply = "Streaming " + " ".join(f"token{i}" for i in range(30))
+    llm.push(Reply(reply, chunk_size=8, chunk_delay=0.08))
+    proc = subprocess.Popen([sys.executable, str(child)], env=env, cwd=tmp_path,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        tg.push_text(USER, "stream it")
+        tg.push_text(USER, "hello")
+        want = [reply, "echo: hello"]
+        deadline = time.monotonic() + 90
+        while tg.current_texts(USER) != want and time.monotonic() < deadline:
+            time.sleep(0.05)
+        texts = tg.current_texts(USER)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        tg.stop()
+        llm.stop()
+    assert texts == [reply, "echo: hello"], err[-3000:]
+    assert tg.calls("editMessageText") and tg.calls("sendChatAction")
+    assert proc.returncode == 0, err[-3000:]
+    assert "Traceback" not in err and "lazy model building not applied" not in err
+    seen = json.loads(report.read_text())
+    assert seen["state"] == "lazy"
+    assert seen["file"].startswith(str(lean))
+    methods = {m.removeprefix("aiogram.methods.") for m in seen["methods"]}
+    assert methods >= CHANNEL_METHODS, sorted(CHANNEL_METHODS - methods)
+    assert "answer_inline_query" not in methods and "send_photo" not in methods
+    assert len(methods) <= len(CHANNEL_METHODS) + 3, sorted(methods)
+
+
+# ------------------------------------------------------------------ what the rewrite refuses
+
+
+def _bot(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "bot.py"
+    path.write_text("from __future__ import annotations\n"
+                    "from ..methods import GetMe, SendMessage\n" + body)
+    return path
+
+
+def test_rewrite_moves_method_imports_into_the_functions_using_them(tmp_path: Path) -> None:
+    out = aiogram_lean.bot_source(_bot(tmp_path, (
+        "class Bot:\n"
+        "    async def get_me(self, timeout: GetMe | None = None) -> int:\n"
+        "        'doc'\n"
+        "        return await self(GetMe())\n"
+        "    def other(self) -> None:\n"
+        "        return None\n")))
+    lines = out.splitlines()
+    assert not any(ln.startswith("from ..methods") for ln in lines)
+    moved = lines.index("        from ..methods import GetMe")
+    assert lines[moved - 1].strip() in ("'doc'", '"""doc"""')
+    assert out.count("from ..methods import") == 1  # not into other(), not for SendMessage
+
+
+@pytest.mark.parametrize("body, match", [
+    ("class Bot:\n    DEFAULT = SendMessage\n", "class level"),
+    ("class Bot:\n    def send(self, m=SendMessage) -> None:\n        pass\n", "def time"),
+    ("class Bot:\n    @GetMe.wrap\n    def me(self) -> None:\n        pass\n", "def time"),
+    ("class Bot(GetMe):\n    pass\n", "bases"),
+    ("ALIAS = GetMe\n", "module level"),
+    ("def f() -> None:\n    global GetMe\n    GetMe = 1\n", "global"),
+])
+def test_rewrite_refuses_a_method_name_used_outside_a_function_body(
+    tmp_path: Path, body: str, match: str
+) -> None:
+    with pytest.raises(aiogram_lean.LeanError, match=match):
+        aiogram_lean.bot_source(_bot(tmp_path, body))
+
+
+def test_rewrite_refuses_a_bot_without_future_annotations(tmp_path: Path) -> None:
+    path = tmp_path / "bot.py"
+    path.write_text("from ..methods import GetMe\ndef f() -> GetMe:\n    return GetMe()\n")
+    with pytest.raises(aiogram_lean.LeanError, match="__future__"):
+        aiogram_lean.bot_source(path)
+
+
+@pytest.mark.parametrize("source, match", [
+    ("from .get_me import GetMe\nGetMe.model_rebuild()\n__all__ = ('GetMe',)\n", "unexpected"),
+    ("from .get_me import GetMe\nfrom . import get_me\n__all__ = ('GetMe',)\n", "unexpected"),
+    ("from .get_me import GetMe\n__all__ = ('GetMe', 'SendMessage')\n", "SendMessage"),
+    ("from .get_me import *\n__all__ = ()\n", "star"),
+    ("from .get_me import GetMe\n", "no __all__"),
+])
+def test_methods_map_refuses_an_init_it_does_not_understand(
+    tmp_path: Path, source: str, match: str
+) -> None:
+    path = tmp_path / "__init__.py"
+    path.write_text(source)
+    with pytest.raises(aiogram_lean.LeanError, match=match):
+        aiogram_lean.methods_map(path)
+
+
+def test_package_config_is_yaml_nuitka_reads() -> None:
+    config = yaml.safe_load(aiogram_lean.package_config())
+    assert [c["module-name"] for c in config] == ["aiogram.methods", "aiogram.client.bot"]
+    for entry in config:
+        (rule,) = entry["anti-bloat"]
+        compile(rule["module_code"], entry["module-name"], "exec")
+        assert rule["module_code"] == aiogram_lean.sources()[entry["module-name"]]
+    (implicit,) = config[0]["implicit-imports"]
+    where, _ = aiogram_lean.methods_map()
+    methods_dir = Path(aiogram_lean._installed("aiogram.methods")).parent
+    on_disk = {f"aiogram.methods.{p.stem}" for p in methods_dir.glob("*.py")
+               if p.stem != "__init__"}
+    assert set(implicit["depends"]) == {"aiogram.methods" + m for m, _ in where.values()}
+    assert set(implicit["depends"]) <= on_disk
