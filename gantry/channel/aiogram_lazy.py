@@ -36,14 +36,23 @@ stock aiogram, and fails if aiogram's import shape or pydantic's hooks change.
 
 If aiogram is already imported, or any hook or expectation is missing, aiogram is imported
 (again) unmodified and one warning is logged: stock behaviour, slower start.
+
+One more saving for the same window, independent of the hooks: aiogram's annotations are
+strings, and ``typing.ForwardRef`` compiles each one it is made from — about 4,100 compiles of
+some 640 distinct strings (``"str | None"`` a few hundred times) while the classes are created.
+``typing``'s ``compile`` is pointed at a memo for the duration of the import (code objects are
+immutable, so sharing one is safe); afterwards ``typing`` is as it was.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import logging
 import sys
+import typing
+from collections.abc import Iterator
 from typing import Any
 
 log = logging.getLogger("gantry.channel.aiogram_lazy")
@@ -124,6 +133,30 @@ def _serializer_on_demand(cls: Any) -> None:
         cls.__pydantic_serializer__ = SerializerOnDemand()
 
 
+@contextlib.contextmanager
+def _compile_once() -> Iterator[None]:
+    """typing.ForwardRef's compile() memoised while aiogram's classes are created."""
+    if "compile" in vars(typing):  # someone else shadows it already: leave typing alone
+        yield
+        return
+    codes: dict[str, Any] = {}
+
+    def compile_once(source: Any, filename: Any, mode: Any, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs or not all(isinstance(a, str) for a in (source, filename, mode)):
+            return compile(source, filename, mode, *args, **kwargs)
+        key = f"{mode}\0{filename}\0{source}"
+        code = codes.get(key)
+        if code is None:
+            code = codes[key] = compile(source, filename, mode)
+        return code
+
+    typing.compile = compile_once  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        del typing.compile  # type: ignore[attr-defined]
+
+
 def _lazy_import() -> None:
     """Import aiogram with the two hooks active; raise ShapeChanged if it did not go as planned."""
     import pydantic
@@ -164,10 +197,11 @@ def _lazy_import() -> None:
     base.model_rebuild = classmethod(hooked_rebuild)  # type: ignore[assignment,method-assign]
     base.__pydantic_init_subclass__ = classmethod(hooked_init_subclass)  # type: ignore[assignment,method-assign]
     try:
-        importlib.import_module("aiogram")
-        types_mod = importlib.import_module(TYPES)
-        methods_mod = importlib.import_module(METHODS)
-        base_mod = importlib.import_module(BASE)
+        with _compile_once():
+            importlib.import_module("aiogram")
+            types_mod = importlib.import_module(TYPES)
+            methods_mod = importlib.import_module(METHODS)
+            base_mod = importlib.import_module(BASE)
     finally:
         base.model_rebuild = rebuild  # type: ignore[method-assign]
         base.__pydantic_init_subclass__ = init_sub  # type: ignore[method-assign]
