@@ -20,6 +20,13 @@ session speaks one version. `methods_source` makes those two imports lazy module
 each such map a read-only Mapping whose values are computed on first lookup (same keys, the
 very same objects), so a version module is imported only when a lookup first needs it.
 
+The sixth is `mcp/client/session.py`: at a session's first request the SDK's
+`_later_revision_fields(method, version)` reads the SERVER_RESULTS row of every revision newer
+than the negotiated one (to drop their result keys), which imports every newer version module.
+`session_source` appends its answers for every (method, version) row, computed at build time by
+the installed function, and a `_later_revision_fields` that answers from them (the original,
+kept under another name, for anything else), so a session loads only its own version's models.
+
 Kept as data here (not a checked-in YAML) so tests/test_build_mcp_lean.py can check the
 names against the installed mcp and run the client path with these exact sources.
 """
@@ -130,6 +137,7 @@ def sources(mcp_all: list[str]) -> dict[str, str]:
         "mcp.server": lazy_init("mcp.server", MCP_SERVER, None, list(MCP_SERVER)),
         LOWLEVEL: lowlevel_server_source(),
         METHODS: methods_source(),
+        SESSION: session_source(),
     }
 
 
@@ -434,7 +442,8 @@ def _keys_only(name: ast.Name, parent: ast.AST | None, stmt: ast.stmt) -> bool:
 def module_path(module: str, root: Path) -> Path:
     """Where `module`'s replacement goes under a copy of site-packages at `root`."""
     package = root / module.replace(".", "/")
-    return package.with_suffix(".py") if module in (LOWLEVEL, METHODS) else package / "__init__.py"
+    return (package.with_suffix(".py") if module in (LOWLEVEL, METHODS, SESSION)
+            else package / "__init__.py")
 
 
 def package_config(mcp_all: list[str]) -> str:
@@ -446,9 +455,105 @@ def package_config(mcp_all: list[str]) -> str:
     for module, code in sources(mcp_all).items():
         lines.append(f"- module-name: '{module}'")
         lines.append("  anti-bloat:")
-        why = ("import a protocol version's models on first use" if module == METHODS
-               else "keep the server-side web stack out of a client")
+        why = {METHODS: "import a protocol version's models on first use",
+               SESSION: "later-revision result fields precomputed, no newer models loaded",
+               }.get(module, "keep the server-side web stack out of a client")
         lines.append(f"    - description: 'gantry: {why}'")
         lines.append(f"      module_code: {json.dumps(code)}")
         lines.append("")
     return "\n".join(lines)
+
+
+# ---------------------------------------- mcp.client.session, newer revisions' fields precomputed
+SESSION = "mcp.client.session"
+LATER = "_later_revision_fields"
+
+SESSION_APPENDIX = '''
+
+# gantry (build/mcp_lean.py): what {name} answers for every (method, version) row of
+# mcp_types.methods.SERVER_RESULTS, computed at build time by the installed function, so a
+# session never imports a newer revision's models just to learn their field names.
+_GANTRY_LATER_REVISION_FIELDS = {{key: frozenset(keys) for key, keys in {table!r}.items()}}
+_gantry_computed_later_revision_fields = {name}
+
+
+def {name}(method, version):
+    found = _GANTRY_LATER_REVISION_FIELDS.get((method, version))
+    if found is None:
+        return _gantry_computed_later_revision_fields(method, version)
+    return found
+'''
+
+
+def later_revision_table() -> dict[tuple[str, str], tuple[str, ...]]:
+    """The installed `_later_revision_fields` for every key of SERVER_RESULTS (the only pairs
+    for which it reads a row; for any other it returns an empty set without reading one)."""
+    try:
+        session = importlib.import_module(SESSION)
+        methods = importlib.import_module(METHODS)
+    except ImportError as exc:
+        raise LeanError(f"{SESSION} is not importable: {exc}") from None
+    compute = getattr(session, LATER, None)
+    if compute is None:
+        raise LeanError(f"{SESSION} no longer has {LATER}")
+    return {key: tuple(sorted(compute(*key))) for key in methods.SERVER_RESULTS}
+
+
+def _later_references(tree: ast.Module, path: Path) -> None:
+    """LeanError unless `tree` defines LATER once at module level and uses it only as the
+    callee of a plain call inside a function body (so nothing holds the original object)."""
+    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.name == LATER]
+    if len(defs) != 1:
+        raise LeanError(f"{path}: expected one module-level `def {LATER}`, found {len(defs)}")
+    # (node, parent, inside a function body)
+    stack: list[tuple[ast.AST, ast.AST | None, bool]] = [(tree, None, False)]
+    while stack:
+        node, parent, inside = stack.pop()
+        line = getattr(node, "lineno", getattr(parent, "lineno", "?"))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and (
+                node.name == LATER and node is not defs[0]):
+            raise LeanError(f"{path}:{line}: a second definition of {LATER}")
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and LATER in node.names:
+            raise LeanError(f"{path}:{line}: `global`/`nonlocal` {LATER}")
+        if isinstance(node, ast.alias) and LATER in (node.name, node.asname):
+            raise LeanError(f"{path}:{line}: {LATER} imported or aliased")
+        if isinstance(node, ast.Attribute) and node.attr == LATER:
+            raise LeanError(f"{path}:{line}: {LATER} reached as an attribute")
+        if isinstance(node, ast.Constant) and node.value == LATER:
+            raise LeanError(f"{path}:{line}: {LATER} named in a string (getattr/globals?)")
+        if isinstance(node, ast.Name) and node.id == LATER and not (
+                inside and isinstance(node.ctx, ast.Load) and isinstance(parent, ast.Call)
+                and parent.func is node):
+            raise LeanError(f"{path}:{line}: {LATER} referenced other than by a plain "
+                                "call inside a function body")
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            outer = [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]
+            if not isinstance(node, ast.Lambda):
+                outer += [*node.decorator_list, *(a.annotation for a in (
+                    *node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs,
+                    node.args.vararg, node.args.kwarg) if a is not None and a.annotation)]
+                if node.returns is not None:
+                    outer.append(node.returns)
+            stack.extend((n, node, inside) for n in outer)
+            body = node.body if isinstance(node.body, list) else [node.body]
+            stack.extend((n, node, True) for n in body)
+            continue
+        stack.extend((child, node, inside) for child in ast.iter_child_nodes(node))
+
+
+def session_source(path: Path | None = None,
+                   table: dict[tuple[str, str], tuple[str, ...]] | None = None) -> str:
+    """The installed mcp/client/session.py with `_later_revision_fields` answered from a
+    build-time table (`table`, default: later_revision_table()). LeanError, naming the line,
+    if the installed file no longer has the shape this relies on."""
+    if path is None:
+        spec = importlib.util.find_spec(SESSION)
+        if spec is None or spec.origin is None:
+            raise LeanError(f"{SESSION} is not installed")
+        path = Path(spec.origin)
+    source = path.read_text()
+    _later_references(ast.parse(source), path)
+    if table is None:
+        table = later_revision_table()
+    return source.rstrip("\n") + "\n" + SESSION_APPENDIX.format(name=LATER, table=table)
