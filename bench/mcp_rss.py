@@ -10,7 +10,13 @@ server runs in its own process and is not counted. Median of `--runs` processes 
 * lever A — gantry/mcp/validate.py imports jsonschema on first need. "A off" emulates the
   previous behaviour by building every listed tool's jsonschema validator at tools/list.
 * lever B — mcp_types/methods.py as build/mcp_lean.py rewrites it (lazy version modules).
-  "B off" uses the installed file. Both variants use the lazy mcp inits the binary has.
+  "B off" uses the installed file.
+* lever C — mcp/client/session.py as build/mcp_lean.py rewrites it (`_later_revision_fields`
+  answered from a build-time table, so tools/list reads no newer revision's row). Alone it
+  changes nothing (methods.py imports both version modules anyway), so it is measured with B.
+
+Every variant uses the lazy mcp inits and web-free server.py the binary has; "A + B + C" is
+the full lean set the binary is built with.
 """
 
 from __future__ import annotations
@@ -70,16 +76,21 @@ def _all(module: str) -> list[str]:
     raise SystemExit(f"{module} has no __all__")
 
 
-def lean_root(where: Path, lazy_methods: bool) -> Path:
-    """A copy of mcp and mcp_types with build/mcp_lean.py's modules (methods.py optionally)."""
-    root = where / ("lean-b" if lazy_methods else "lean")
+LEVERS = {"B": mcp_lean.METHODS, "C": mcp_lean.SESSION}
+
+
+def lean_root(where: Path, levers: str) -> Path:
+    """A copy of mcp and mcp_types with build/mcp_lean.py's modules, those of the levers not
+    in `levers` left as installed."""
+    root = where / f"lean-{levers or 'none'}"
     for package in ("mcp", "mcp_types"):
         spec = importlib.util.find_spec(package)
         assert spec is not None and spec.submodule_search_locations
         shutil.copytree(next(iter(spec.submodule_search_locations)), root / package,
                         ignore=shutil.ignore_patterns("__pycache__"))
+    off = {module for lever, module in LEVERS.items() if lever not in levers}
     for module, code in mcp_lean.sources(_all("mcp")).items():
-        if module != mcp_lean.METHODS or lazy_methods:
+        if module not in off:
             mcp_lean.module_path(module, root).write_text(code)
     return root
 
@@ -104,16 +115,19 @@ def main() -> None:
     args = ap.parse_args()
     argv = [str(static_fixture())] if args.server == "static" else [time_command()]
     manifest = toml_server(args.server, argv)
+    variants = (("stock (A, B, C off)", ""), ("lever A only", "A"), ("lever B only", "B"),
+                ("levers A + B", "AB"), ("levers B + C", "BC"), ("levers A + B + C", "ABC"))
     with tempfile.TemporaryDirectory(prefix="gantry-mcp-rss-") as tmp:
-        roots = {False: lean_root(Path(tmp), False), True: lean_root(Path(tmp), True)}
+        roots: dict[str, Path] = {}
         print(f"server: {args.server}; RssAnon of gantry's host idle after tools/list, "
               f"median of {args.runs} fresh source processes")
         base = None
-        for label, lazy_a, lazy_b in (("stock (A off, B off)", False, False),
-                                      ("lever A only", True, False),
-                                      ("lever B only", False, True),
-                                      ("levers A + B", True, True)):
-            runs = [one(roots[lazy_b], manifest, eager=not lazy_a) for _ in range(args.runs)]
+        for label, levers in variants:
+            files = levers.replace("A", "")
+            if files not in roots:
+                roots[files] = lean_root(Path(tmp), files)
+            runs = [one(roots[files], manifest, eager="A" not in levers)
+                    for _ in range(args.runs)]
             mib = statistics.median(int(str(r["rss_kib"])) for r in runs) / 1024
             base = mib if base is None else base
             last = runs[-1]
@@ -122,7 +136,6 @@ def main() -> None:
             versions = ",".join(str(v).rsplit("._v", 1)[1] for v in loaded)
             print(f"  {label:22s} {mib:6.1f} MiB  ({mib - base:+5.1f})  "
                   f"jsonschema={'yes' if last['jsonschema'] else 'no ':3s}  versions={versions}")
-
 
 if __name__ == "__main__":
     main()
