@@ -38,7 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "build"))
-from mcp_lean import NOT_FOLLOWED  # noqa: E402
+from mcp_lean import NOT_FOLLOWED, version_modules  # noqa: E402
 
 PACKAGE = ROOT / "gantry"
 WORKROOT = ROOT / "build" / ".work"  # gitignored
@@ -96,7 +96,9 @@ INCLUDE_MODULES = ("_json", "_bisect")
 # `import mcp.client.session` runs three package __init__s that import mcp's server half and its
 # web stack (starlette, sse-starlette, uvicorn, python-multipart, cryptography). The build
 # replaces those __init__s with lazy ones (build/mcp_lean.py) through a Nuitka package
-# configuration; anything that imports the server half by its full name still gets it.
+# configuration; anything that imports the server half by its full name still gets it. The same
+# configuration makes mcp_types.methods import each protocol version's models on first use (its
+# version modules are included by name: --include-module).
 MCP_LEAN_CONFIG = WORKROOT / "mcp-lean.nuitka-package.config.yml"
 WEB_STACK = ("starlette", "sse_starlette", "uvicorn", "multipart", "python_multipart", "click",
              "cryptography")
@@ -175,7 +177,7 @@ def nuitka_command(
         *(f"--nofollow-import-to={m}" for m in (*NOFOLLOW, *MCP_WEB_MODULES)),
         f"--user-package-configuration-file={MCP_LEAN_CONFIG}",
         *(f"--user-package-configuration-file={path}" for path in LEAN_CONFIGS.values()),
-        *(f"--include-module={m}" for m in INCLUDE_MODULES),
+        *(f"--include-module={m}" for m in (*INCLUDE_MODULES, *version_modules())),
         "--noinclude-pytest-mode=nofollow",
         "--noinclude-setuptools-mode=nofollow",
         "--noinclude-IPython-mode=nofollow",

@@ -102,6 +102,9 @@ def test_nuitka_command_keeps_the_chosen_options() -> None:
     assert f"--onefile-child-grace-time={build.CHILD_GRACE_MS}" in cmd
     assert any(a.startswith("--user-plugin=") and a.endswith("static_onefile.py") for a in cmd)
     assert "--report=r.xml" in cmd
+    # mcp_types.methods imports these lazily (build/mcp_lean.py); they stay in the binary.
+    assert {"--include-module=mcp_types._v2025_11_25",
+            "--include-module=mcp_types._v2026_07_28"} <= set(cmd)
     # The program inherits the compiling interpreter's UTF-8 mode: UTF-8 I/O under any locale.
     assert cmd[1:3] == ["-X", "utf8"]
     # mcp's server side reads tool descriptions from __doc__: never strip docstrings.
