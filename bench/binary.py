@@ -251,6 +251,19 @@ def main(argv: list[str] | None = None) -> int:
         # (no site, no imports). Cached `status` is best read as a multiple of this.
         rows["python -S -c pass (interpreter floor)"] = series(
             [os.path.realpath(sys.executable), "-S", "-c", "pass"], env, args.runs)
+        # The floor for any Python healthcheck that reads the heartbeat row through apsw (the
+        # stack's SQLite binding): the interpreter, `import apsw`, one read-only query, exit
+        # without teardown. Nothing else of gantry.
+        import apsw
+
+        apsw_dir = str(Path(apsw.__file__).resolve().parent.parent)
+        row_floor = (
+            f"import sys; sys.path.insert(0, {apsw_dir!r}); import apsw, os; "
+            f"c = apsw.Connection({str(db_path)!r}, flags=apsw.SQLITE_OPEN_READONLY); "
+            "c.execute('SELECT ts, version, pid FROM heartbeat WHERE id = 1').fetchone(); "
+            "c.close(); os._exit(0)")
+        rows["python -S + apsw, same row (floor)"] = series(
+            [os.path.realpath(sys.executable), "-S", "-c", row_floor], env, args.runs)
         rows["binary version, cached"] = series([str(binary), "version"], env, args.runs)
         rows["python -m gantry version (source)"] = series(
             [sys.executable, "-m", "gantry", "version"], {**env, "PYTHONPATH": str(ROOT)},
