@@ -26,6 +26,7 @@ import ast
 import importlib.util
 from pathlib import Path
 
+from lean_ast import loads
 from lean_yaml import yaml_string
 
 METHODS = "aiogram.methods"
@@ -109,31 +110,6 @@ def methods_source(path: Path | None = None) -> str:
     return LAZY_METHODS.format(where=dict(sorted(where.items())), all_names=all_names)
 
 
-def _loads(nodes: list[ast.AST]) -> set[str]:
-    """Names the nodes load when run. Parameter annotations are skipped: with `from __future__
-    import annotations` they are strings, never evaluated."""
-    found: set[str] = set()
-    stack = list(nodes)
-    while stack:
-        n = stack.pop()
-        if isinstance(n, ast.arg):
-            continue
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            stack.extend(n.body)
-            stack.extend(n.decorator_list)
-            stack.extend(d for d in (*n.args.defaults, *n.args.kw_defaults) if d is not None)
-            continue
-        if isinstance(n, ast.AnnAssign):
-            stack.extend(x for x in (n.target, n.value) if x is not None)
-            continue
-        if isinstance(n, ast.Name):
-            found.add(n.id)
-        elif isinstance(n, (ast.Global, ast.Nonlocal)):
-            found.update(n.names)
-        stack.extend(ast.iter_child_nodes(n))
-    return found
-
-
 def _is_methods_import(node: ast.AST) -> bool:
     return isinstance(node, ast.ImportFrom) and (
         (node.level == 2 and node.module == "methods")
@@ -142,12 +118,12 @@ def _is_methods_import(node: ast.AST) -> bool:
 
 def _move_into(fn: ast.FunctionDef | ast.AsyncFunctionDef, lazy: set[str], where: str) -> None:
     """Fail on a lazy name evaluated at def time; import the ones the body uses inside it."""
-    at_def = _loads([*fn.decorator_list, *fn.args.defaults,
+    at_def = loads([*fn.decorator_list, *fn.args.defaults,
                      *(d for d in fn.args.kw_defaults if d is not None)]) & lazy
     if at_def:
         raise LeanError(f"{where}:{fn.lineno}: {sorted(at_def)} evaluated at def time of "
                         f"{fn.name}()")
-    used = sorted(_loads(list(fn.body)) & lazy)
+    used = sorted(loads(list(fn.body)) & lazy)
     if not used:
         return
     if any(isinstance(n, (ast.Global, ast.Nonlocal)) and set(n.names) & lazy
@@ -191,7 +167,7 @@ def bot_source(path: Path | None = None) -> str:
             _move_into(node, lazy, str(path))
             continue
         if isinstance(node, ast.ClassDef):
-            at_def = _loads([*node.bases, *node.keywords, *node.decorator_list]) & lazy
+            at_def = loads([*node.bases, *node.keywords, *node.decorator_list]) & lazy
             if at_def:
                 raise LeanError(f"{path}:{node.lineno}: {sorted(at_def)} used by class "
                                 f"{node.name}'s bases or decorators")
@@ -199,12 +175,12 @@ def bot_source(path: Path | None = None) -> str:
                 if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     _move_into(stmt, lazy, str(path))
                     continue
-                hit = _loads([stmt]) & lazy
+                hit = loads([stmt]) & lazy
                 if hit:
                     raise LeanError(f"{path}:{stmt.lineno}: {sorted(hit)} used at class level "
                                     f"in {node.name}")
             continue
-        hit = _loads([node]) & lazy
+        hit = loads([node]) & lazy
         if hit:
             raise LeanError(f"{path}:{node.lineno}: {sorted(hit)} used at module level")
     tree.body = body

@@ -39,6 +39,7 @@ import importlib.util
 import re
 from pathlib import Path
 
+from lean_ast import loads
 from lean_yaml import yaml_string
 
 LAZY_INIT = '''"""{package}, as frozen into gantry: the same names, each imported on first use
@@ -172,26 +173,15 @@ def _is_web(module: str) -> bool:
     return any(module == w or module.startswith(w + ".") for w in WEB_IMPORTS)
 
 
-def _used_names(node: ast.AST) -> set[str]:
-    """Names a function's body and defaults load (annotations are strings: not evaluated)."""
-    found: set[str] = set()
-    stack: list[ast.AST] = [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, ast.arg):
-            continue  # its annotation is never evaluated (`from __future__ import annotations`)
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            stack.extend(n.body)
-            stack.extend(n.decorator_list)
-            stack.extend(d for d in (*n.args.defaults, *n.args.kw_defaults) if d is not None)
-            continue
-        if isinstance(n, ast.AnnAssign):
-            stack.extend(x for x in (n.target, n.value) if x is not None)
-            continue
-        if isinstance(n, ast.Name):
-            found.add(n.id)
-        stack.extend(ast.iter_child_nodes(n))
-    return found
+def installed(module: str) -> Path:
+    """The installed source file of `module` (found without importing it)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except ImportError:
+        spec = None
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        raise LeanError(f"{module} is not installed (as source)")
+    return Path(spec.origin)
 
 
 def lowlevel_server_source(path: Path | None = None) -> str:
@@ -202,10 +192,7 @@ def lowlevel_server_source(path: Path | None = None) -> str:
     else fails the build with LeanError instead of shipping a module that breaks at run time.
     """
     if path is None:
-        spec = importlib.util.find_spec("mcp")
-        if spec is None or not spec.submodule_search_locations:
-            raise LeanError("mcp is not installed")
-        path = Path(next(iter(spec.submodule_search_locations))) / "server/lowlevel/server.py"
+        path = installed(LOWLEVEL)
     tree = ast.parse(path.read_text())
     if not any(isinstance(n, ast.ImportFrom) and n.module == "__future__"
                and any(a.name == "annotations" for a in n.names) for n in tree.body):
@@ -235,10 +222,10 @@ def lowlevel_server_source(path: Path | None = None) -> str:
                 defaults = ast.Module(body=[ast.Expr(d) for d in (
                     *stmt.args.defaults, *stmt.args.kw_defaults, *stmt.decorator_list)
                     if d is not None], type_ignores=[])
-                hit = _used_names(defaults) & set(lazy)
+                hit = loads([defaults]) & set(lazy)
                 if hit:
                     raise LeanError(f"{path}:{stmt.lineno}: {sorted(hit)} evaluated at def time")
-                used = sorted(_used_names(ast.Module(body=stmt.body, type_ignores=[]))
+                used = sorted(loads([ast.Module(body=stmt.body, type_ignores=[])])
                               & set(lazy))
                 if used:
                     imports = [ast.ImportFrom(module=lazy[n][0], names=[ast.alias(
@@ -248,7 +235,7 @@ def lowlevel_server_source(path: Path | None = None) -> str:
                                and isinstance(stmt.body[0].value, ast.Constant)) else 0
                     stmt.body[at:at] = imports
             else:
-                hit = _used_names(ast.Module(body=[stmt], type_ignores=[])) & set(lazy)
+                hit = loads([ast.Module(body=[stmt], type_ignores=[])]) & set(lazy)
                 if hit:
                     raise LeanError(f"{path}:{stmt.lineno}: {sorted(hit)} used outside a function")
     tree.body = body
@@ -348,7 +335,7 @@ def _lazy_map(value: ast.expr | None, versions: set[str]) -> ast.Call | None:
             and not value.keywords and isinstance(value.args[0], ast.Dict)):
         return None
     table = value.args[0]
-    if not any(_used_names(v) & versions for v in table.values):
+    if not any(loads([v]) & versions for v in table.values):
         return None
     thunks = [ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[],
                                             kw_defaults=[], defaults=[]), body=v)
@@ -366,10 +353,7 @@ def methods_source(path: Path | None = None) -> str:
     LeanError naming the line, so an mcp_types upgrade cannot quietly break or un-lazy it.
     """
     if path is None:
-        spec = importlib.util.find_spec("mcp_types")
-        if spec is None or not spec.submodule_search_locations:
-            raise LeanError("mcp_types is not installed")
-        path = Path(next(iter(spec.submodule_search_locations))) / "methods.py"
+        path = installed(METHODS)
     tree = ast.parse(path.read_text())
     future = next((i for i, n in enumerate(tree.body) if isinstance(n, ast.ImportFrom)
                    and n.module == "__future__"
@@ -422,10 +406,7 @@ def version_modules(path: Path | None = None) -> list[str]:
     """The version modules methods_source imports lazily; build/build.py includes them by name
     too, so the binary has them even if Nuitka did not follow the function-level imports."""
     if path is None:
-        spec = importlib.util.find_spec("mcp_types")
-        if spec is None or not spec.submodule_search_locations:
-            raise LeanError("mcp_types is not installed")
-        path = Path(next(iter(spec.submodule_search_locations))) / "methods.py"
+        path = installed(METHODS)
     return sorted(a.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.Import)
                   for a in n.names if VERSION_MODULE.match(a.name))
 
@@ -548,10 +529,7 @@ def session_source(path: Path | None = None,
     build-time table (`table`, default: later_revision_table()). LeanError, naming the line,
     if the installed file no longer has the shape this relies on."""
     if path is None:
-        spec = importlib.util.find_spec(SESSION)
-        if spec is None or spec.origin is None:
-            raise LeanError(f"{SESSION} is not installed")
-        path = Path(spec.origin)
+        path = installed(SESSION)
     source = path.read_text()
     _later_references(ast.parse(source), path)
     if table is None:
