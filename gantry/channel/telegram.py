@@ -69,6 +69,7 @@ PRUNE_EVERY = 3600.0  # seconds between prunes of finished updates
 SESSION_LIMIT = 100  # aiogram's defaults for its aiohttp connector (see _Session)
 SESSION_DNS_TTL = 3600
 BACKOFF_FIRST = 1.0  # first retry delay of the poller and the chat workers
+WORKER_BACKOFF_CAP = 60.0  # longest wait of a chat worker between retries (Telegram down)
 PLACEHOLDER = "…"
 FAILED_REPLY = (
     "Sorry — I could not process this message; it failed repeatedly and was skipped. "
@@ -355,7 +356,7 @@ class TelegramChannel:
     async def _worker(self, chat: int) -> None:
         """Answer the chat's pending updates in order. An error boundary: whatever one
         update does, it is logged and counted, and the worker carries on."""
-        backoff = Backoff(first=BACKOFF_FIRST, cap=60.0)
+        backoff = Backoff(first=BACKOFF_FIRST, cap=WORKER_BACKOFF_CAP)
         try:
             while True:
                 await anyio.lowlevel.checkpoint()  # stop here once shutdown has begun
