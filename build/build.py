@@ -110,15 +110,14 @@ MCP_WEB_MODULES = (*WEB_STACK, *NOT_FOLLOWED)
 def mcp_lean_config() -> Path:
     """Write the Nuitka package configuration for the installed mcp; return its path."""
     import ast
-    import importlib.util
 
-    sys.path.insert(0, str(ROOT / "build"))
+    from lean_common import LeanError, installed
     from mcp_lean import package_config
 
-    spec = importlib.util.find_spec("mcp")
-    if spec is None or spec.origin is None:
-        raise SystemExit("build: mcp is not installed in the build environment")
-    tree = ast.parse(Path(spec.origin).read_text())
+    try:
+        tree = ast.parse(installed("mcp").read_text())
+    except LeanError as exc:
+        raise SystemExit(f"build: {exc} in the build environment") from None
     names = next(
         ast.literal_eval(node.value) for node in tree.body
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "__all__"
@@ -146,7 +145,6 @@ def lean_configs() -> list[Path]:
     """Write the Nuitka package configurations of LEAN_CONFIGS; return their paths."""
     import importlib
 
-    sys.path.insert(0, str(ROOT / "build"))
     for module, path in LEAN_CONFIGS.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(importlib.import_module(module).package_config())

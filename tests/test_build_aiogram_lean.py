@@ -223,7 +223,7 @@ def test_package_config_is_yaml_nuitka_reads() -> None:
         assert rule["module_code"] == aiogram_lean.sources()[entry["module-name"]]
     (implicit,) = config[0]["implicit-imports"]
     where, _ = aiogram_lean.methods_map()
-    methods_dir = Path(aiogram_lean._installed("aiogram.methods")).parent
+    methods_dir = Path(aiogram_lean.installed("aiogram.methods")).parent
     on_disk = {f"aiogram.methods.{p.stem}" for p in methods_dir.glob("*.py")
                if p.stem != "__init__"}
     assert set(implicit["depends"]) == {"aiogram.methods" + m for m, _ in where.values()}
