@@ -81,6 +81,8 @@ NOFOLLOW = (
     "httpx2._main",
     "aiohttp.web",  # the server half of aiohttp; aiogram uses the client
     "aiohttp.worker",
+    "frozenlist._frozenlist",  # C++: carries libstdc++ (2.2 MB); the pure-Python FrozenList
+    "aiohttp._websocket.reader_c",  # websocket reader; aiogram never opens a websocket
     "zstandard",  # the build extra installs it to compress the payload; httpx/aiohttp would
     # pick it up (optional zstd content-encoding) and carry 24 MB of it into the binary
     # mcp's HTTP server half. build/mcp_lean.py moves its imports out of the module level of

@@ -54,12 +54,17 @@ DLOPENED = ("libgcc_s.so.1", "libnss_compat.so.2")
 # mcp's client, jsonschema, httpx/httpcore/h11, aiohttp/yarl/multidict, anyio — whose hot
 # parts are C extensions or waiting on a socket: as C they were ~16 MB of the payload and
 # most of the binary's resident code pages (docs/packaging.md, "Container memory").
-# pydantic stays compiled: its schema building is what aiogram's and mcp's first use of a
-# model costs, and Nuitka 4.3.3 fails on it as bytecode (a plugin trigger module).
+# Last, everything else, gantry and pydantic included (issue 14): as C they were 11 MB of the
+# payload and most of the rest of the resident code pages, and as bytecode they import no
+# slower (A/B in docs/packaging.md, "Compiled or bytecode"). Only the main module and plugin
+# trigger modules stay compiled.
 BYTECODE_PACKAGES = ("aiogram", "mcp_types", "typing_extensions", "attr", "attrs",
                      "opentelemetry", "magic_filter", "aiofiles",
                      "mcp", "jsonschema", "referencing", "httpx", "httpcore", "h11", "idna",
-                     "yarl", "multidict", "anyio", "aiohttp", "telegramify_markdown", "cronsim")
+                     "yarl", "multidict", "anyio", "aiohttp", "telegramify_markdown", "cronsim",
+                     "pydantic", "pydantic_core", "annotated_types", "typing_inspection",
+                     "aiohappyeyeballs", "propcache", "frozenlist", "aiosignal", "pyromark",
+                     "msgspec", "gantry")
 
 
 def _is_elf(path: str) -> bool:

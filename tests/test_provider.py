@@ -143,6 +143,34 @@ async def test_complete_sends_exact_prompt(fake: FakeOpenAI, make_provider) -> N
     }
 
 
+def test_the_connection_pool_is_made_at_the_first_call_not_at_boot() -> None:
+    """Making httpx's pool imports httpcore; a Telegram start should not pay it before it
+    polls. A provider that never calls closes cleanly."""
+    import subprocess
+    import sys
+
+    code = ("import sys, anyio\n"
+            "from gantry.provider import Provider\n"
+            "p = Provider('https://user:pw@llm.invalid/v1', 'k', 'm')\n"
+            "print('httpcore' in sys.modules, p._http is None)\n"
+            "anyio.run(p.aclose)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split()
+    assert out == ["False", "True"]
+
+
+async def test_one_pool_serves_every_call(fake: FakeOpenAI, make_provider) -> None:
+    provider = make_provider(fake.base_url)
+    assert provider._http is None
+    await provider.complete(HELLO, [])
+    pool = provider._http
+    assert pool is not None
+    texts, _done = await collect(provider.stream(HELLO, []))
+    assert "".join(texts) == "echo: hello" and provider._http is pool
+    await provider.aclose()
+    assert pool.is_closed
+
+
 async def test_empty_tools_are_not_sent(fake: FakeOpenAI, make_provider) -> None:
     await make_provider(fake.base_url).complete(HELLO, [])
     assert "tools" not in fake.last_request.body

@@ -194,6 +194,45 @@ async def test_html_502_from_telegram_is_transient(tmp_path: Path, quick: None) 
 
 
 @pytest.mark.anyio
+async def test_command_menu_is_published_beside_polling_not_before(tmp_path: Path,
+                                                                   quick: None) -> None:
+    """A failing, then slow setMyCommands delays neither polling nor replies; it is retried
+    until the menu is published."""
+    async with FakeTelegram(token=TOKEN) as tg:
+        tg.fail("setMyCommands", "server_error", times=2)
+        tg.fail("setMyCommands", "slow", delay=4.0)
+        async with running(tg, tmp_path / "g.db"):
+            calls = await tg.wait_calls("setMyCommands", 3, timeout=10)
+            tg.push_text(USER, "hi")
+            assert await tg.wait_sent(USER, 1, timeout=20) == ["echo: hi"]
+            assert calls[-1].status is None  # answered while the menu call still hangs
+            await tg.wait_for(lambda: calls[-1].status == 200 or None, 10, "the menu published")
+        assert [c.fault for c in calls] == ["server_error", "server_error", "slow"]
+        assert tg.calls("getUpdates")[0].at < calls[-1].at + 4.0
+        assert [c["command"] for c in calls[-1].params["commands"]] == ["new", "status", "help"]
+        assert len(tg.calls("setMyCommands")) == 3
+
+
+@pytest.mark.anyio
+async def test_command_menu_given_up_after_bounded_tries(
+    tmp_path: Path, quick: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with FakeTelegram(token=TOKEN) as tg:
+        tg.fail("setMyCommands", "server_error", times=telegram.MENU_ATTEMPTS + 5)
+        tg.push_text(USER, "hi")
+        async with running(tg, tmp_path / "g.db"):
+            assert await tg.wait_sent(USER, 1, timeout=20) == ["echo: hi"]
+            await tg.wait_for(lambda: any("menu not published" in r.getMessage()
+                                          for r in caplog.records) or None,
+                              20, "the menu given up")
+            await anyio.sleep(0.3)
+        assert len(tg.calls("setMyCommands")) == telegram.MENU_ATTEMPTS
+        warnings = [r for r in caplog.records if "menu not published" in r.getMessage()]
+        assert len(warnings) == 1 and warnings[0].exc_info is None
+        assert "TelegramServerError" in warnings[0].__dict__["error"]
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("kind", ["blocked", "chat_not_found"])
 async def test_permanent_refusal_is_final_and_frees_the_chat(
     tmp_path: Path, quick: None, kind: str

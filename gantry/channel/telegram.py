@@ -70,6 +70,7 @@ SESSION_LIMIT = 100  # aiogram's defaults for its aiohttp connector (see _Sessio
 SESSION_DNS_TTL = 3600
 BACKOFF_FIRST = 1.0  # first retry delay of the poller and the chat workers
 WORKER_BACKOFF_CAP = 60.0  # longest wait of a chat worker between retries (Telegram down)
+MENU_ATTEMPTS = 5  # setMyCommands tries before the menu is given up (one warning)
 PLACEHOLDER = "…"
 FAILED_REPLY = (
     "Sorry — I could not process this message; it failed repeatedly and was skipped. "
@@ -195,6 +196,7 @@ class TelegramChannel:
                 self._tg = tg
                 for chat in self.store.pending_chats():
                     self._kick(chat)
+                tg.start_soon(self._publish_commands)
                 try:
                     await self._poll()
                 finally:
@@ -204,15 +206,13 @@ class TelegramChannel:
                 await self.bot.session.close()
 
     async def _start(self) -> None:
-        """getMe (a bad token is fatal), drop any webhook, publish the command menu."""
+        """getMe (a bad token is fatal) and drop any webhook: what polling needs first."""
         backoff = Backoff()
         while True:
             try:
                 me = await self.bot.get_me()
                 self._me_id, self._me_username = me.id, me.username or ""
                 await self.bot.delete_webhook(drop_pending_updates=False)
-                await self.bot.set_my_commands([BotCommand(command=c, description=d)
-                                                for c, d in COMMANDS])
                 log.info("telegram connected", extra={"bot": me.username, "bot_id": me.id})
                 return
             except TelegramUnauthorizedError:
@@ -228,6 +228,28 @@ class TelegramChannel:
                             extra={"error": f"{type(exc).__name__}: {exc}", "retry_in_s": delay},
                             exc_info=None if _expected(exc) else exc)
                 await anyio.sleep(delay)
+
+    async def _publish_commands(self) -> None:
+        """The command menu beside the poller, not before it: it is only a convenience (the
+        commands work without it), so a slow or failing setMyCommands never delays receiving.
+        A few tries with backoff, then one warning."""
+        backoff = Backoff(first=BACKOFF_FIRST)
+        for attempt in range(1, MENU_ATTEMPTS + 1):
+            try:
+                await self.bot.set_my_commands([BotCommand(command=c, description=d)
+                                                for c, d in COMMANDS])
+                log.debug("telegram command menu published", extra={"attempt": attempt})
+                return
+            except TelegramRetryAfter as exc:
+                error: BaseException = exc
+                delay = float(exc.retry_after)
+            except Exception as exc:  # an error boundary: the menu never takes the channel down
+                error, delay = exc, backoff.next()
+            if attempt < MENU_ATTEMPTS:
+                await anyio.sleep(delay)
+        log.warning("telegram command menu not published; /new, /status and /help still work",
+                    extra={"attempts": MENU_ATTEMPTS, "error": f"{type(error).__name__}: {error}"},
+                    exc_info=None if _expected(error) else error)
 
     # ------------------------------------------------------------------ polling
 

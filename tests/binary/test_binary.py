@@ -7,6 +7,7 @@ the image's CA bundle, and resolves time zones from the image's tzdata.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import shutil
 import signal
@@ -179,6 +180,21 @@ def test_cached_start_reuses_the_extraction_and_repairs_a_cut_file(
     victim.write_bytes(original[: len(original) // 2])  # a crash mid-extraction
     assert _status(sandbox).returncode == 1
     assert victim.read_bytes() == original
+
+
+def test_payload_leaves_out_what_gantry_never_needs(
+    sandbox: Sandbox, build_record: dict[str, str]
+) -> None:
+    """frozenlist's C++ accelerator (and with it libstdc++) and aiohttp's websocket reader are
+    kept out (build/build.py NOFOLLOW); their pure-Python twins import in their place."""
+    assert _status(sandbox).returncode == 1  # unpacks the payload if no test did yet
+    names = {p.name for p in _extraction(sandbox, build_record).rglob("*")}
+    assert "gantry.bin" in names
+    assert not {n for n in names if n.startswith(("libstdc++", "_frozenlist", "reader_c"))}
+    r = sandbox.run([INSTALL_PATH, "version", "--json", "--import-times",
+                     "frozenlist,aiohttp._websocket.reader"], timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert all(isinstance(ms, float) for ms in json.loads(r.stdout)["import_ms"].values()), r
 
 
 def test_healthcheck_starts_without_inspect(sandbox: Sandbox) -> None:
