@@ -259,8 +259,9 @@ def _move_into(fn: ast.FunctionDef | ast.AsyncFunctionDef, lazy: dict[str, str],
     fn.body[at:at] = imports
 
 
-def bot_source(path: Path | None = None) -> str:
-    """The installed client/bot.py with the method and type names imported where used."""
+def bot_source(path: Path | None = None, packages: tuple[str, ...] = LAZY_PACKAGES) -> str:
+    """The installed client/bot.py with the method and type names (of `packages`) imported
+    where used."""
     path = path or installed(BOT)
     tree = ast.parse(path.read_text())
     if not any(isinstance(n, ast.ImportFrom) and n.module == "__future__"
@@ -270,7 +271,7 @@ def bot_source(path: Path | None = None) -> str:
     body: list[ast.stmt] = []
     for node in tree.body:
         package = _lazy_import_of(node)
-        if package is not None:
+        if package is not None and package in packages:
             assert isinstance(node, ast.ImportFrom)
             for alias in node.names:
                 if alias.name == "*" or alias.asname not in (None, alias.name):
@@ -281,7 +282,7 @@ def bot_source(path: Path | None = None) -> str:
                 lazy[alias.name] = package
         else:
             body.append(node)
-    missing = [p for p in LAZY_PACKAGES if p not in lazy.values()]
+    missing = [p for p in packages if p not in lazy.values()]
     if missing:
         raise LeanError(f"{path}: no module-level import from aiogram.{missing[0]}")
     names = set(lazy)
@@ -339,13 +340,17 @@ def package_config() -> str:
                             TYPES: sorted({TYPES + mod for mod, _name in types.values()})})
 
 
-def write_lean_copy(root: Path) -> Path:
+def write_lean_copy(root: Path, types: bool = True) -> Path:
     """Copy the installed aiogram under `root` with the replacements written, as the binary
-    has it; for tests and bench/, which put `root` first on sys.path. Returns `root`."""
+    has it; for tests and bench/, which put `root` first on sys.path. `types` False: the
+    methods only (aiogram.types stock, bot.py's type imports left), for comparison in bench/.
+    Returns `root`."""
     import shutil
 
     source = installed(METHODS).parent.parent
     shutil.copytree(source, root / "aiogram", ignore=shutil.ignore_patterns("__pycache__"))
-    for module, code in sources().items():
+    codes = sources() if types else {METHODS: methods_source(),
+                                     BOT: bot_source(packages=("methods",))}
+    for module, code in codes.items():
         module_path(module, root).write_text(code)
     return root

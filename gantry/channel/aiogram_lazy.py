@@ -299,6 +299,8 @@ class _Reach:
                 for klass in obj.__mro__:
                     stack.extend(vars(klass).get("__annotations__", {}).values())
                 stack.extend(typing.get_args(obj))  # a parametrized generic's arguments
+            elif type(obj).__name__ == "TypeAliasType":  # typing's or typing_extensions'
+                stack.append(obj.__value__)
             else:
                 stack.extend(typing.get_args(obj))
 
@@ -404,11 +406,26 @@ def _on_subclasses(base: Any, package: str, namespaces: Namespaces) -> None:
     base.__pydantic_init_subclass__ = classmethod(init_subclass)
 
 
+def _rebuild_every_type(types_mod: Any) -> None:
+    """What the installed aiogram/types/__init__.py ends with, for the binary's lazy
+    aiogram.types (build/aiogram_lean.py drops it): every type created and built against one
+    namespace of every name."""
+    namespace = {**vars(types_mod).get("_NAMESPACE_EXTRA", {}),
+                 **{name: getattr(types_mod, name) for name in types_mod.__all__}}
+    for name in types_mod.__all__:
+        entity = namespace[name]
+        if hasattr(entity, "model_rebuild"):
+            entity.model_rebuild(_types_namespace=namespace)
+
+
 def _stock_import(reason: str) -> None:
     """Forget any half-patched aiogram and import it unmodified."""
     for name in [n for n in sys.modules if n == "aiogram" or n.startswith("aiogram.")]:
         del sys.modules[name]
     importlib.import_module("aiogram")
+    types_mod = importlib.import_module(TYPES)
+    if "_LAZY_WHERE" in vars(types_mod):
+        _rebuild_every_type(types_mod)
     log.warning("aiogram lazy model building not applied; aiogram builds every model at import "
                 "(slower start, more memory)", extra={"reason": reason})
 
