@@ -259,6 +259,12 @@ def test_pydantic_deferral_hooks_unchanged() -> None:
     assert "getattr(base, 'model_config'" in inspect.getsource(_config.ConfigWrapper.for_model)
     complete = inspect.getsource(_model_construction.complete_model_class)
     assert "cls.__pydantic_serializer__ =" in complete
+    # A lazy aiogram.types' per-class namespace is read only through .items(): both places
+    # pydantic reads __pydantic_parent_namespace__ unpack it so.
+    assert "unpack_lenient_weakvaluedict(cls.__pydantic_parent_namespace__)" in rebuild
+    assert "parent_namespace = unpack_lenient_weakvaluedict(parent_namespace)" in meta
+    unpack = inspect.getsource(_model_construction.unpack_lenient_weakvaluedict)
+    assert "for k, v in d.items():" in unpack
 
 
 # ------------------------------------------------------------------ falling back to stock

@@ -323,22 +323,23 @@ class _Reach:
 
 
 class _View(dict):  # type: ignore[type-arg]
-    """One class's `__pydantic_parent_namespace__` with a lazy aiogram.types: pydantic reads
-    it through `.items()` (unpack_lenient_weakvaluedict) when it builds the class, which first
-    creates the names the class's annotations reach; it then holds those and every other
-    name created so far. `owner` None: Response, whose parametrized forms' arguments are
-    walked as they are made (`Response.__class_getitem__`)."""
+    """One class's `__pydantic_parent_namespace__` with a lazy aiogram.types. pydantic reads
+    it only through `.items()` (unpack_lenient_weakvaluedict, in model_rebuild and when a
+    parametrized generic is created; tests/test_aiogram_lazy.py checks both), which first
+    creates the names the class's annotations reach, then yields those and every other name
+    created so far. The dict itself stays empty: one shared copy, not one per class. `owner`
+    None: Response, whose parametrized forms' arguments are walked as they are made
+    (`Response.__class_getitem__`)."""
 
     def __init__(self, reach: _Reach, owner: Any) -> None:
-        super().__init__(reach.shared)
+        super().__init__()
         self._reach = reach
         self._owner = owner
 
     def items(self) -> Any:
         if self._owner is not None:
             self._reach.require(self._owner)
-        self.update(self._reach.shared)
-        return super().items()
+        return self._reach.shared.items()
 
 
 class LazyNamespaces(Namespaces):
