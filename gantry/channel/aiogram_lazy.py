@@ -26,10 +26,15 @@ serializer, when it meets such an instance where the schema does not say what it
 cannot rebuild itself. Each deferred class's serializer mock is therefore also a descriptor
 that builds the class when read through an instance.
 
-In the binary, ``aiogram.methods`` is lazy too (build/aiogram_lean.py): a method class is
-created when first imported, after this module is done. ``TelegramMethod`` therefore gets its
-own ``__pydantic_init_subclass__`` (chaining to the inherited one) that gives each method
-class created later the same namespace and serializer; one method (``PROBE``) is checked.
+In the binary, ``aiogram.methods`` and ``aiogram.types`` are lazy (build/aiogram_lean.py): a
+class is created when first imported, mostly after this module is done. ``TelegramMethod``
+and ``TelegramObject`` therefore get their own ``__pydantic_init_subclass__`` (chaining to the
+inherited one) that prepares each class created later like the rest; one method (``PROBE``)
+and one type (``TYPE_PROBE``) are checked. The lazy ``aiogram.types`` has no rebuild loop, so
+there is no namespace to keep, and one of every name would create every class: each class
+instead gets a view (``_View``) that, when pydantic reads it to build the class, creates
+only the names the class's annotations reach (``_Reach``), and ``Response[...]`` walks its
+arguments as it is parametrized. Falling back to stock there means running the dropped loop.
 
 tests/test_aiogram_lazy.py checks types, methods and responses validate and serialise as with
 stock aiogram, and fails if aiogram's import shape or pydantic's hooks change.
