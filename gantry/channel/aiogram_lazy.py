@@ -327,7 +327,7 @@ class _Reach:
         return found
 
 
-class _View(dict):  # type: ignore[type-arg]
+class _View(dict[str, Any]):
     """One class's `__pydantic_parent_namespace__` with a lazy aiogram.types. pydantic reads
     it only through `.items()` (unpack_lenient_weakvaluedict, in model_rebuild and when a
     parametrized generic is created; tests/test_aiogram_lazy.py checks both), which first
