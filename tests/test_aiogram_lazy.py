@@ -68,15 +68,16 @@ def stock(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
 @pytest.fixture(scope="module")
 def lean(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the installed aiogram with build/aiogram_lean.py's replacements: aiogram as
-    frozen into the binary, method classes created on first use."""
+    frozen into the binary, method and type classes created on first use."""
     sys.path.insert(0, str(ROOT / "build"))
     import aiogram_lean
 
     return aiogram_lean.write_lean_copy(tmp_path_factory.mktemp("lean-aiogram"))
 
 
-@pytest.mark.parametrize("seed, lean_copy", [(None, False), (1, False), (2, True)],
-                         ids=["channel-types-first", "shuffled", "lean-methods-shuffled"])
+@pytest.mark.parametrize("seed, lean_copy", [(None, False), (1, False), (None, True), (2, True)],
+                         ids=["channel-types-first", "shuffled", "lean-channel-types-first",
+                              "lean-shuffled"])
 def test_models_validate_and_serialise_as_stock(
     stock: tuple[Path, dict[str, Any]], tmp_path: Path, seed: int | None, lean_copy: bool,
     request: pytest.FixtureRequest,
@@ -103,12 +104,13 @@ def test_models_validate_and_serialise_as_stock(
                         json.dumps(expected[differ[0]])[:2000])
 
 
-@pytest.mark.parametrize("lean_copy", [False, True], ids=["stock-source", "lean-methods"])
+@pytest.mark.parametrize("lean_copy", [False, True], ids=["stock-source", "lean"])
 def test_shim_defers_every_model_until_first_use(
     lean_copy: bool, request: pytest.FixtureRequest
 ) -> None:
-    """Every type and method is left unbuilt; with the lean copy the method classes are
-    created only by this check, after the shim is done, and must be deferred all the same."""
+    """Every type and method is left unbuilt; with the lean copy most method and type
+    classes are created only by this check, after the shim is done, and must be deferred all
+    the same."""
     r = _python(textwrap.dedent("""
         import json
         import gantry.channel.aiogram_lazy as lazy
@@ -302,7 +304,7 @@ def _fallback(setup: str, lean: Path | None = None) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.parametrize("lean_copy", [False, True], ids=["stock-source", "lean-methods"])
+@pytest.mark.parametrize("lean_copy", [False, True], ids=["stock-source", "lean"])
 def test_fallback_when_pydantic_hooks_changed(
     lean_copy: bool, request: pytest.FixtureRequest
 ) -> None:
@@ -342,7 +344,7 @@ def test_fallback_when_aiogram_was_imported_first() -> None:
     assert out["records"][0]["reason"] == "already imported"
 
 
-@pytest.mark.parametrize("lean_copy", [False, True], ids=["stock-source", "lean-methods"])
+@pytest.mark.parametrize("lean_copy", [False, True], ids=["stock-source", "lean"])
 def test_fallback_when_a_method_class_is_built_at_creation(
     lean_copy: bool, request: pytest.FixtureRequest
 ) -> None:
