@@ -1,35 +1,58 @@
-"""aiogram's method classes created on first use in the binary, not all at `import aiogram`.
+"""aiogram's method and type classes created on first use in the binary, not at `import aiogram`.
 
-`aiogram/methods/__init__.py` imports all ~180 method modules and `aiogram/client/bot.py`
-imports every method class at module level, though it uses each one only inside the `async
-def` that sends it. Creating a pydantic model class costs ~2.4 ms even when its building is
-deferred (gantry.channel.aiogram_lazy), so the methods are ~0.4 s of the binary's Telegram
-start-up, and gantry's channel sends eight of them (issue 14). build/build.py writes these
-two replacements into a Nuitka package configuration (`module_code`: the whole module
-replaced; site-packages is never edited):
+`aiogram/methods/__init__.py` imports all ~180 method modules, `aiogram/types/__init__.py` all
+~450 type names, and `aiogram/client/bot.py` imports every method and ~70 types at module
+level, though it uses each method only inside the `async def` that sends it and the types
+only in (string) annotations. Creating a pydantic model class costs ~2.4 ms even when its
+building is deferred (gantry.channel.aiogram_lazy), so creating them all is most of the
+binary's Telegram start-up, while gantry's channel sends eight methods and, before its first
+getUpdates, reads one type (User) (issue 14). build/build.py writes these three replacements
+into a Nuitka package configuration (`module_code`: the whole module replaced; site-packages
+is never edited):
 
 * `aiogram.methods`: a package exporting the same `__all__`, each name imported from its
   submodule on first attribute access. The name → submodule map is read from the installed
   file's ast; anything there besides `from .x import Name` and `__all__` fails the build.
-* `aiogram.client.bot`: the installed file with its `aiogram.methods` import moved into each
-  function that uses those names (ast rewrite). A name used at def or class time (a default,
-  a decorator, a class attribute) fails the build rather than ship a module that breaks.
+* `aiogram.types`: the same, and the `_types_namespace` dict + `model_rebuild` loop ending
+  the installed file are dropped; the dict's entries besides `__all__` (List, Optional, ...)
+  are kept as `_NAMESPACE_EXTRA` for gantry.channel.aiogram_lazy, which builds each class
+  on first use against them and the names its annotations reach. Any other shape (a changed
+  loop, another statement) fails the build.
+* `aiogram.client.bot`: the installed file with its `aiogram.methods` and `aiogram.types`
+  imports moved into each function that uses those names (ast rewrite; the types are only in
+  annotations, strings under `from __future__ import annotations`, so none is moved). A name
+  used at def or class time (a default, a decorator, a class attribute) fails the build
+  rather than ship a module that breaks.
 
 Nuitka cannot see an import by computed name, so the configuration also declares every
-method module an implicit import of `aiogram.methods`: all stay in the binary, as bytecode.
-tests/test_build_aiogram_lean.py checks the replacements against the installed aiogram.
+method and type module an implicit import of its package: all stay in the binary, as
+bytecode. tests/test_build_aiogram_lean.py checks the replacements against the installed
+aiogram.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 from pathlib import Path
 
 from lean_common import LeanError, installed, loads
 from lean_common import package_config as _package_config
 
 METHODS = "aiogram.methods"
+TYPES = "aiogram.types"
 BOT = "aiogram.client.bot"
+# The rebuild loop ending the installed aiogram/types/__init__.py, as ast.unparse writes it;
+# the lazy replacement drops it (gantry.channel.aiogram_lazy builds each class on first use).
+REBUILD_LOOP = """for _entity_name in __all__:
+    _entity = globals()[_entity_name]
+    if hasattr(_entity, 'model_rebuild'):
+        _entity.model_rebuild(_types_namespace=_types_namespace)"""
+NAMESPACE = "_types_namespace"
+ALL_ENTRY = "{name: globals()[name] for name in __all__}"
+LOOP_NAMES = {"_entity", "_entity_name", NAMESPACE}
+# The packages whose names client/bot.py imports at module level and the rewrite moves.
+LAZY_PACKAGES = ("methods", "types")
 
 LAZY_METHODS = '''"""aiogram.methods, as frozen into gantry: the same names, each imported from its
 module on first use (build/aiogram_lean.py explains why)."""
@@ -57,11 +80,61 @@ __all__ = {all_names!r}
 '''
 
 
+LAZY_TYPES = '''"""aiogram.types, as frozen into gantry: the same names, each imported from its
+module on first use, and no rebuild loop (build/aiogram_lean.py explains why)."""
+
+import importlib as _importlib
+{kept}
+
+# name -> (submodule, name there); gantry.channel.aiogram_lazy reads it.
+_LAZY_WHERE = {where!r}
+
+# What aiogram's rebuild loop added to its forward-reference namespace besides __all__;
+# gantry.channel.aiogram_lazy builds each class against these and the names it needs.
+_NAMESPACE_EXTRA = {{{extra}}}
+
+
+def __getattr__(name):
+    where = _LAZY_WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
+    value = getattr(_importlib.import_module(where[0], __name__), where[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted({{*globals(), *_LAZY_WHERE}})
+
+
+__all__ = {all_names!r}
+'''
+
+
 def methods_map(path: Path | None = None) -> tuple[dict[str, tuple[str, str]], tuple[str, ...]]:
     """(name -> (".submodule", name there), __all__) of the installed methods/__init__.py."""
-    path = path or installed(METHODS)
+    where, all_names, _kept, _extra = _package_map(path or installed(METHODS), types=False)
+    return where, all_names
+
+
+def types_map(path: Path | None = None) -> tuple[dict[str, tuple[str, str]], tuple[str, ...],
+                                                 list[str], dict[str, str]]:
+    """The installed types/__init__.py: (name -> (".submodule", name there), __all__, the
+    other imports' source, and the rebuild namespace's extra entries: name -> source)."""
+    return _package_map(path or installed(TYPES), types=True)
+
+
+def _package_map(path: Path, types: bool) -> tuple[dict[str, tuple[str, str]], tuple[str, ...],
+                                                  list[str], dict[str, str]]:
+    """What a lazy replacement of the package __init__ at `path` needs; LeanError on anything
+    else at module level. `types`: aiogram.types' shape (other imports kept, the namespace and
+    rebuild loop ending it understood and dropped)."""
     tree = ast.parse(path.read_text())
     where: dict[str, tuple[str, str]] = {}
+    kept: list[str] = []
+    bound: set[str] = set()
+    extra: dict[str, str] | None = None
+    loop = False
     all_names: tuple[str, ...] | None = None
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
@@ -78,6 +151,20 @@ def methods_map(path: Path | None = None) -> tuple[dict[str, tuple[str, str]], t
             all_names = tuple(value)
         elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
             continue  # a docstring
+        elif types and isinstance(node, ast.ImportFrom) and node.level != 1 and extra is None:
+            if any(a.name == "*" for a in node.names):
+                raise LeanError(f"{path}:{node.lineno}: star import")
+            bound.update(a.asname or a.name for a in node.names)
+            kept.append(ast.unparse(node))
+        elif (types and extra is None and isinstance(node, ast.Assign)
+              and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+              and node.targets[0].id == NAMESPACE):
+            extra = _namespace_extra(path, node, bound)
+        elif types and extra is not None and not loop and ast.unparse(node) == REBUILD_LOOP:
+            loop = True
+        elif (types and loop and isinstance(node, ast.Delete)
+              and all(isinstance(t, ast.Name) and t.id in LOOP_NAMES for t in node.targets)):
+            continue
         else:
             raise LeanError(f"{path}:{node.lineno}: unexpected {type(node).__name__} at module "
                             "level; re-check build/aiogram_lean.py against this aiogram")
@@ -86,7 +173,40 @@ def methods_map(path: Path | None = None) -> tuple[dict[str, tuple[str, str]], t
     missing = [n for n in all_names if n not in where]
     if missing:
         raise LeanError(f"{path}: __all__ names not imported from a submodule: {missing[:5]}")
-    return where, all_names
+    if types and (extra is None or not loop):
+        raise LeanError(f"{path}: no `{NAMESPACE}` dict and rebuild loop over __all__ at the "
+                        "end; re-check build/aiogram_lean.py and gantry.channel.aiogram_lazy")
+    clash = sorted(bound & set(where))
+    if clash:
+        raise LeanError(f"{path}: {clash} both imported lazily and kept")
+    return where, all_names, kept, extra or {}
+
+
+def _namespace_extra(path: Path, node: ast.Assign, bound: set[str]) -> dict[str, str]:
+    """The `_types_namespace = {"Name": value, ..., **{every name of __all__}}` entries
+    besides __all__: name -> the value's source, which may use only the kept imports."""
+    value = node.value
+    if not isinstance(value, ast.Dict):
+        raise LeanError(f"{path}:{node.lineno}: {NAMESPACE} is not a dict display")
+    extra: dict[str, str] = {}
+    spread = 0
+    for key, item in zip(value.keys, value.values, strict=True):
+        if key is None:
+            if ast.unparse(item) != ALL_ENTRY:
+                raise LeanError(f"{path}:{node.lineno}: {NAMESPACE} spreads "
+                                f"{ast.unparse(item)}, not every name of __all__")
+            spread += 1
+        elif isinstance(key, ast.Constant) and isinstance(key.value, str):
+            unknown = loads([item]) - bound - set(dir(builtins))
+            if unknown:
+                raise LeanError(f"{path}:{node.lineno}: {NAMESPACE}[{key.value!r}] uses "
+                                f"{sorted(unknown)}, which no kept import binds")
+            extra[key.value] = ast.unparse(item)
+        else:
+            raise LeanError(f"{path}:{node.lineno}: {NAMESPACE} has a computed key")
+    if spread != 1:
+        raise LeanError(f"{path}:{node.lineno}: {NAMESPACE} does not spread __all__ once")
+    return extra
 
 
 def methods_source(path: Path | None = None) -> str:
@@ -95,56 +215,80 @@ def methods_source(path: Path | None = None) -> str:
     return LAZY_METHODS.format(where=dict(sorted(where.items())), all_names=all_names)
 
 
-def _is_methods_import(node: ast.AST) -> bool:
-    return isinstance(node, ast.ImportFrom) and (
-        (node.level == 2 and node.module == "methods")
-        or (node.level == 0 and node.module == METHODS))
+def types_source(path: Path | None = None) -> str:
+    """The lazy replacement of aiogram/types/__init__.py."""
+    where, all_names, kept, extra = types_map(path)
+    return LAZY_TYPES.format(where=dict(sorted(where.items())), all_names=all_names,
+                             kept="\n".join(kept),
+                             extra=", ".join(f"{k!r}: {v}" for k, v in extra.items()))
 
 
-def _move_into(fn: ast.FunctionDef | ast.AsyncFunctionDef, lazy: set[str], where: str) -> None:
+def _lazy_import_of(node: ast.AST) -> str | None:
+    """"methods" or "types" for a module-level import from aiogram.methods/aiogram.types
+    (as client/bot.py writes them: `from ..methods import ...`), else None."""
+    if not isinstance(node, ast.ImportFrom):
+        return None
+    for package in LAZY_PACKAGES:
+        if ((node.level == 2 and node.module == package)
+                or (node.level == 0 and node.module == f"aiogram.{package}")):
+            return package
+    return None
+
+
+def _move_into(fn: ast.FunctionDef | ast.AsyncFunctionDef, lazy: dict[str, str],
+               where: str) -> None:
     """Fail on a lazy name evaluated at def time; import the ones the body uses inside it."""
     at_def = loads([*fn.decorator_list, *fn.args.defaults,
-                     *(d for d in fn.args.kw_defaults if d is not None)]) & lazy
+                     *(d for d in fn.args.kw_defaults if d is not None)]) & set(lazy)
     if at_def:
         raise LeanError(f"{where}:{fn.lineno}: {sorted(at_def)} evaluated at def time of "
                         f"{fn.name}()")
-    used = sorted(loads(list(fn.body)) & lazy)
+    used = sorted(loads(list(fn.body)) & set(lazy))
     if not used:
         return
-    if any(isinstance(n, (ast.Global, ast.Nonlocal)) and set(n.names) & lazy
+    if any(isinstance(n, (ast.Global, ast.Nonlocal)) and set(n.names) & set(lazy)
            for n in ast.walk(fn)):
-        raise LeanError(f"{where}:{fn.lineno}: {fn.name}() declares a method name global")
-    imp = ast.ImportFrom(module="methods", names=[ast.alias(name=n) for n in used], level=2)
+        raise LeanError(f"{where}:{fn.lineno}: {fn.name}() declares a lazy name global")
+    imports: list[ast.stmt] = [
+        ast.ImportFrom(module=package, level=2,
+                       names=[ast.alias(name=n) for n in used if lazy[n] == package])
+        for package in LAZY_PACKAGES if any(lazy[n] == package for n in used)]
     at = 1 if (fn.body and isinstance(fn.body[0], ast.Expr)
                and isinstance(fn.body[0].value, ast.Constant)
                and isinstance(fn.body[0].value.value, str)) else 0
-    fn.body[at:at] = [imp]
+    fn.body[at:at] = imports
 
 
-def bot_source(path: Path | None = None) -> str:
-    """The installed client/bot.py with the method names imported where they are used."""
+def bot_source(path: Path | None = None, packages: tuple[str, ...] = LAZY_PACKAGES) -> str:
+    """The installed client/bot.py with the method and type names (of `packages`) imported
+    where used."""
     path = path or installed(BOT)
     tree = ast.parse(path.read_text())
     if not any(isinstance(n, ast.ImportFrom) and n.module == "__future__"
                and any(a.name == "annotations" for a in n.names) for n in tree.body):
         raise LeanError(f"{path}: no `from __future__ import annotations`")
-    lazy: set[str] = set()
+    lazy: dict[str, str] = {}
     body: list[ast.stmt] = []
     for node in tree.body:
-        if _is_methods_import(node):
+        package = _lazy_import_of(node)
+        if package is not None and package in packages:
             assert isinstance(node, ast.ImportFrom)
             for alias in node.names:
                 if alias.name == "*" or alias.asname not in (None, alias.name):
                     raise LeanError(f"{path}:{node.lineno}: `{alias.name} as {alias.asname}` "
-                                    "from aiogram.methods")
-                lazy.add(alias.name)
+                                    f"from aiogram.{package}")
+                if alias.name in lazy:
+                    raise LeanError(f"{path}:{node.lineno}: {alias.name} imported again")
+                lazy[alias.name] = package
         else:
             body.append(node)
-    if not lazy:
-        raise LeanError(f"{path}: no module-level import from aiogram.methods")
+    missing = [p for p in packages if p not in lazy.values()]
+    if missing:
+        raise LeanError(f"{path}: no module-level import from aiogram.{missing[0]}")
+    names = set(lazy)
     for node in body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            hit = {a.asname or a.name.split(".")[0] for a in node.names} & lazy
+            hit = {a.asname or a.name.split(".")[0] for a in node.names} & names
             if hit:
                 raise LeanError(f"{path}:{node.lineno}: {sorted(hit)} imported again")
             continue
@@ -152,7 +296,7 @@ def bot_source(path: Path | None = None) -> str:
             _move_into(node, lazy, str(path))
             continue
         if isinstance(node, ast.ClassDef):
-            at_def = loads([*node.bases, *node.keywords, *node.decorator_list]) & lazy
+            at_def = loads([*node.bases, *node.keywords, *node.decorator_list]) & names
             if at_def:
                 raise LeanError(f"{path}:{node.lineno}: {sorted(at_def)} used by class "
                                 f"{node.name}'s bases or decorators")
@@ -160,12 +304,12 @@ def bot_source(path: Path | None = None) -> str:
                 if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     _move_into(stmt, lazy, str(path))
                     continue
-                hit = loads([stmt]) & lazy
+                hit = loads([stmt]) & names
                 if hit:
                     raise LeanError(f"{path}:{stmt.lineno}: {sorted(hit)} used at class level "
                                     f"in {node.name}")
             continue
-        hit = loads([node]) & lazy
+        hit = loads([node]) & names
         if hit:
             raise LeanError(f"{path}:{node.lineno}: {sorted(hit)} used at module level")
     tree.body = body
@@ -174,31 +318,39 @@ def bot_source(path: Path | None = None) -> str:
 
 def sources() -> dict[str, str]:
     """Module name -> replacement source, for the installed aiogram."""
-    return {METHODS: methods_source(), BOT: bot_source()}
+    return {METHODS: methods_source(), TYPES: types_source(), BOT: bot_source()}
 
 
 def module_path(module: str, root: Path) -> Path:
     """Where `module`'s replacement goes under a copy of site-packages at `root`."""
     package = root / module.replace(".", "/")
-    return package / "__init__.py" if module == METHODS else package.with_suffix(".py")
+    return package / "__init__.py" if module in (METHODS, TYPES) else package.with_suffix(".py")
 
 
 def package_config() -> str:
-    """A Nuitka user package configuration (YAML) with both replacements."""
-    where, _ = methods_map()
+    """A Nuitka user package configuration (YAML) with the three replacements."""
+    methods, _ = methods_map()
+    types, *_ = types_map()
     codes = sources()
-    return _package_config("aiogram_lean.py", codes,
-                           dict.fromkeys(codes, "create aiogram method classes on first use"),
-                           {METHODS: sorted({METHODS + mod for mod, _name in where.values()})})
+    why = {METHODS: "create aiogram method classes on first use",
+           TYPES: "create aiogram type classes on first use, without the rebuild loop",
+           BOT: "import aiogram method and type classes where they are used"}
+    return _package_config("aiogram_lean.py", codes, why,
+                           {METHODS: sorted({METHODS + mod for mod, _name in methods.values()}),
+                            TYPES: sorted({TYPES + mod for mod, _name in types.values()})})
 
 
-def write_lean_copy(root: Path) -> Path:
-    """Copy the installed aiogram under `root` with both replacements written, as the binary
-    has it; for tests and bench/, which put `root` first on sys.path. Returns `root`."""
+def write_lean_copy(root: Path, types: bool = True) -> Path:
+    """Copy the installed aiogram under `root` with the replacements written, as the binary
+    has it; for tests and bench/, which put `root` first on sys.path. `types` False: the
+    methods only (aiogram.types stock, bot.py's type imports left), for comparison in bench/.
+    Returns `root`."""
     import shutil
 
     source = installed(METHODS).parent.parent
     shutil.copytree(source, root / "aiogram", ignore=shutil.ignore_patterns("__pycache__"))
-    for module, code in sources().items():
+    codes = sources() if types else {METHODS: methods_source(),
+                                     BOT: bot_source(packages=("methods",))}
+    for module, code in codes.items():
         module_path(module, root).write_text(code)
     return root

@@ -131,8 +131,9 @@ def mcp_lean_config() -> Path:
 
 # More module replacements, each generated from the installed package by its own
 # build/*_lean.py (module docstrings say why, tests/test_build_*_lean.py run the result):
-# aiogram's ~180 method classes created on first use instead of at `import aiogram` (a lazy
-# aiogram.methods and client/bot.py importing them where used); aiohttp/connector.py builds
+# aiogram's ~180 method and ~450 type classes created on first use instead of at `import
+# aiogram` (lazy aiogram.methods and aiogram.types, client/bot.py importing them where used);
+# aiohttp/connector.py builds
 # two default SSL contexts at import (~100 ms of every start) that only serve requests without
 # a context of their own, and gantry always brings one; anyio's lazy exports need the
 # package's source, which a frozen package does not have.

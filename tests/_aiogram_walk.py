@@ -8,7 +8,7 @@ Each model is fed its payload and a broken copy of it; the result recorded is wh
 and every kind of serialisation produce (or the error they raise), so two runs can be compared
 for equality. Payloads are generated from the stock models' resolved field annotations; the
 types and methods gantry's channel uses also get realistic payloads (USED). --lean: aiogram
-must be the binary's lazy-methods copy (build/aiogram_lean.py) first on sys.path.
+must be the binary's copy (build/aiogram_lean.py: lazy methods and types) first on sys.path.
 """
 
 from __future__ import annotations
@@ -213,11 +213,14 @@ def main(argv: list[str]) -> int:
             return 3
         if "--lean" in rest:
             import aiogram.methods
+            import aiogram.types
 
             created = [m for m in sys.modules if m.startswith("aiogram.methods.")]
-            if "_LAZY_WHERE" not in vars(aiogram.methods) or len(created) > 4:
-                print(f"not the lean aiogram: {aiogram.methods.__file__}, {created}",
-                      file=sys.stderr)
+            types = [m for m in sys.modules if m.startswith("aiogram.types.")]
+            if ("_LAZY_WHERE" not in vars(aiogram.methods) or len(created) > 4
+                    or "_LAZY_WHERE" not in vars(aiogram.types) or len(types) > 30):
+                print(f"not the lean aiogram: {aiogram.methods.__file__}, {created}, "
+                      f"{len(types)} type modules", file=sys.stderr)
                 return 4
         cases = json.loads(Path(payloads).read_text())["cases"]
     else:

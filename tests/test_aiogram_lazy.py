@@ -68,15 +68,16 @@ def stock(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
 @pytest.fixture(scope="module")
 def lean(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the installed aiogram with build/aiogram_lean.py's replacements: aiogram as
-    frozen into the binary, method classes created on first use."""
+    frozen into the binary, method and type classes created on first use."""
     sys.path.insert(0, str(ROOT / "build"))
     import aiogram_lean
 
     return aiogram_lean.write_lean_copy(tmp_path_factory.mktemp("lean-aiogram"))
 
 
-@pytest.mark.parametrize("seed, lean_copy", [(None, False), (1, False), (2, True)],
-                         ids=["channel-types-first", "shuffled", "lean-methods-shuffled"])
+@pytest.mark.parametrize("seed, lean_copy", [(None, False), (1, False), (None, True), (2, True)],
+                         ids=["channel-types-first", "shuffled", "lean-channel-types-first",
+                              "lean-shuffled"])
 def test_models_validate_and_serialise_as_stock(
     stock: tuple[Path, dict[str, Any]], tmp_path: Path, seed: int | None, lean_copy: bool,
     request: pytest.FixtureRequest,
@@ -103,12 +104,13 @@ def test_models_validate_and_serialise_as_stock(
                         json.dumps(expected[differ[0]])[:2000])
 
 
-@pytest.mark.parametrize("lean_copy", [False, True], ids=["stock-source", "lean-methods"])
+@pytest.mark.parametrize("lean_copy", [False, True], ids=["stock-source", "lean"])
 def test_shim_defers_every_model_until_first_use(
     lean_copy: bool, request: pytest.FixtureRequest
 ) -> None:
-    """Every type and method is left unbuilt; with the lean copy the method classes are
-    created only by this check, after the shim is done, and must be deferred all the same."""
+    """Every type and method is left unbuilt; with the lean copy most method and type
+    classes are created only by this check, after the shim is done, and must be deferred all
+    the same."""
     r = _python(textwrap.dedent("""
         import json
         import gantry.channel.aiogram_lazy as lazy
@@ -139,6 +141,74 @@ def test_shim_defers_every_model_until_first_use(
     assert out["dump"] == {"id": 1, "type": "private"}
     assert out["lazy_methods"] is lean_copy
     assert out["sent"] == {"chat_id": 1, "text": "x"}
+
+
+def test_lean_types_are_created_only_when_something_needs_them(lean: Path) -> None:
+    """With the binary's lazy aiogram.types, gantry's channel and a getMe response create a
+    few dozen type classes; the ~220 an Update reaches are created when the first getUpdates
+    response is validated, and everything then validates and serialises."""
+    r = _python(textwrap.dedent("""
+        import json, sys
+        import gantry.channel.aiogram_lazy as lazy
+        import gantry.channel.telegram
+        from aiogram.methods import GetMe, GetUpdates, SendMessage
+        from aiogram.methods.base import Response
+        from aiogram.types.base import TelegramObject
+        import aiogram.types as t
+
+        def created():
+            seen, stack = set(), [TelegramObject]
+            while stack:
+                for sub in stack.pop().__subclasses__():
+                    if sub not in seen and sub.__module__.startswith("aiogram.types."):
+                        seen.add(sub)
+                        stack.append(sub)
+            return len(seen)
+
+        counts = {"import": created()}
+        me = Response[GetMe.__returning__].model_validate(
+            {"ok": True, "result": {"id": 1, "is_bot": True, "first_name": "b"}})
+        sent = GetUpdates(offset=3, timeout=25).model_dump(mode="json", exclude_none=True)
+        counts["get_me"] = created()
+        message = {"message_id": 7, "date": 1, "chat": {"id": 5, "type": "private"},
+                   "from": {"id": 5, "is_bot": False, "first_name": "Ann"}, "text": "hi",
+                   "reply_to_message": {"message_id": 6, "date": 1, "text": "before",
+                                        "chat": {"id": 5, "type": "private"}}}
+        updates = Response[list[t.Update]].model_validate_json(json.dumps(
+            {"ok": True, "result": [{"update_id": 1, "message": message}]}))
+        counts["update"] = created()
+        msg = updates.result[0].message
+        print(json.dumps({
+            "state": lazy.state, "lazy": "_LAZY_WHERE" in vars(t), "counts": counts,
+            "me": me.result.model_dump(exclude_none=True), "sent": sent,
+            "update_built": t.Update.__pydantic_complete__,
+            "message": msg.model_dump(mode="json", exclude_none=True, by_alias=True),
+            "reply": msg.reply_to_message.model_dump_json(exclude_none=True),
+            "response": json.loads(updates.model_dump_json(exclude_none=True, by_alias=True)),
+            "send": repr(SendMessage(chat_id=5, text="x", reply_parameters={"message_id": 7}
+                                     ).reply_parameters.message_id),
+            "all": len(t.__all__),
+        }))
+    """), lean=lean)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out["state"] == "lazy" and out["lazy"] is True
+    counts = out["counts"]
+    assert counts["import"] <= 30, counts  # what aiogram's own modules import by name
+    assert counts["get_me"] - counts["import"] <= 2, counts  # User (and nothing it reaches)
+    assert counts["update"] > 150, counts  # everything an Update's fields reach
+    assert counts["update"] < out["all"], counts  # and not every type
+    assert out["me"] == {"id": 1, "is_bot": True, "first_name": "b"}
+    assert out["sent"] == {"offset": 3, "timeout": 25}
+    assert out["update_built"] is False  # built inline in the response, not on its own
+    message = {"message_id": 7, "date": 1, "chat": {"id": 5, "type": "private"},
+               "from": {"id": 5, "is_bot": False, "first_name": "Ann"}, "text": "hi",
+               "reply_to_message": {"message_id": 6, "date": 1, "text": "before",
+                                    "chat": {"id": 5, "type": "private"}}}
+    assert out["message"] == message
+    assert json.loads(out["reply"]) == message["reply_to_message"]
+    assert out["response"] == {"ok": True, "result": [{"update_id": 1, "message": message}]}
+    assert out["send"] == "7"
 
 
 # ------------------------------------------------------------------ the shapes relied upon
@@ -191,6 +261,12 @@ def test_pydantic_deferral_hooks_unchanged() -> None:
     assert "getattr(base, 'model_config'" in inspect.getsource(_config.ConfigWrapper.for_model)
     complete = inspect.getsource(_model_construction.complete_model_class)
     assert "cls.__pydantic_serializer__ =" in complete
+    # A lazy aiogram.types' per-class namespace is read only through .items(): both places
+    # pydantic reads __pydantic_parent_namespace__ unpack it so.
+    assert "unpack_lenient_weakvaluedict(cls.__pydantic_parent_namespace__)" in rebuild
+    assert "parent_namespace = unpack_lenient_weakvaluedict(parent_namespace)" in meta
+    unpack = inspect.getsource(_model_construction.unpack_lenient_weakvaluedict)
+    assert "for k, v in d.items():" in unpack
 
 
 # ------------------------------------------------------------------ falling back to stock
@@ -228,7 +304,7 @@ def _fallback(setup: str, lean: Path | None = None) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.parametrize("lean_copy", [False, True], ids=["stock-source", "lean-methods"])
+@pytest.mark.parametrize("lean_copy", [False, True], ids=["stock-source", "lean"])
 def test_fallback_when_pydantic_hooks_changed(
     lean_copy: bool, request: pytest.FixtureRequest
 ) -> None:
@@ -268,7 +344,7 @@ def test_fallback_when_aiogram_was_imported_first() -> None:
     assert out["records"][0]["reason"] == "already imported"
 
 
-@pytest.mark.parametrize("lean_copy", [False, True], ids=["stock-source", "lean-methods"])
+@pytest.mark.parametrize("lean_copy", [False, True], ids=["stock-source", "lean"])
 def test_fallback_when_a_method_class_is_built_at_creation(
     lean_copy: bool, request: pytest.FixtureRequest
 ) -> None:
@@ -292,6 +368,29 @@ def test_fallback_when_a_method_class_is_built_at_creation(
     """, lean=request.getfixturevalue("lean") if lean_copy else None)
     assert "GetMe" in out["records"][0]["reason"]
     assert out["send_built"]
+
+
+def test_fallback_when_a_lean_type_class_is_built_at_creation(lean: Path) -> None:
+    """The binary's lazy aiogram.types with a type built when created: stock aiogram, one
+    warning, and every type then built as the installed rebuild loop would have."""
+    out = _fallback("""
+        import importlib.abc, importlib.machinery, importlib.util, sys
+        class BuiltUser(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+            def find_spec(self, name, path, target=None):
+                if name != "aiogram.types.user" or getattr(self, "done", False):
+                    return None
+                real = importlib.machinery.PathFinder.find_spec(name, path)
+                self.source = open(real.origin).read() + "\\nUser.model_rebuild(force=True)\\n"
+                return importlib.util.spec_from_file_location(name, real.origin, loader=self)
+            def create_module(self, spec):
+                return None
+            def exec_module(self, module):
+                self.done = True  # the stock re-import gets aiogram's own module
+                exec(compile(self.source, module.__spec__.origin, "exec"), module.__dict__)
+        sys.meta_path.insert(0, BuiltUser())
+    """, lean=lean)
+    assert "User" in out["records"][0]["reason"]
+    assert out["update_built"] and out["send_built"]
 
 
 def test_annotation_strings_are_compiled_once_during_the_import() -> None:

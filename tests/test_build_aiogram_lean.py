@@ -1,9 +1,10 @@
-"""build/aiogram_lean.py: the lazy aiogram.methods and rewritten client/bot.py of the binary.
+"""build/aiogram_lean.py: the lazy aiogram.methods and aiogram.types and rewritten
+client/bot.py of the binary.
 
 Checked against the installed aiogram: the same names are exported and resolve to the same
-classes, gantry's Telegram channel runs end to end on a copy of aiogram with both
+classes, gantry's Telegram channel runs end to end on a copy of aiogram with the
 replacements (as the binary has it) and creates only the method classes it sends, and the
-rewrite refuses what it cannot move safely.
+rewrites refuse what they cannot handle safely.
 """
 
 from __future__ import annotations
@@ -73,18 +74,58 @@ print(json.dumps({"file": m.__file__, "all": list(m.__all__), "wrong": wrong,
             sys.modules["aiogram.methods" + where[name][0]], where[name][1])
 
 
-def test_bot_imports_no_method_at_module_level(lean: Path) -> None:
+def test_lazy_types_export_the_installed_names_and_classes(lean: Path) -> None:
+    """The lean aiogram.types: the installed names, each the class its submodule defines,
+    no rebuild loop run (nothing built), the loop's extra namespace names kept."""
+    import aiogram.types
+
+    where, all_names, _kept, extra = aiogram_lean.types_map()
+    assert all_names == tuple(aiogram.types.__all__)
+    assert extra == {"List": "list", "Optional": "Optional", "Union": "Union",
+                     "Literal": "Literal", "Default": "_Default"}
+    out = _python("""
+import importlib, json, sys
+import aiogram.types as t
+from aiogram.client.default import Default
+before = sorted(n for n in sys.modules if n.startswith("aiogram.types."))
+wrong = [n for n, (mod, attr) in t._LAZY_WHERE.items()
+         if getattr(t, n) is not getattr(importlib.import_module(mod, t.__name__), attr)]
+built = [n for n in t.__all__ if getattr(getattr(t, n), "__pydantic_complete__", False)]
+extra = {k: repr(v) for k, v in t._NAMESPACE_EXTRA.items()}
+print(json.dumps({"file": t.__file__, "all": list(t.__all__), "wrong": wrong, "built": built,
+                  "before": before, "dir": "Update" in dir(t), "extra": extra,
+                  "default": t._NAMESPACE_EXTRA["Default"] is Default}))
+""", lean)
+    assert str(out["file"]).startswith(str(lean))
+    assert out["all"] == list(aiogram.types.__all__)
+    assert out["wrong"] == [] and out["built"] == [] and out["dir"] is True
+    assert out["default"] is True
+    assert out["extra"] == {"List": "<class 'list'>", "Optional": "typing.Optional",
+                            "Union": "typing.Union", "Literal": "typing.Literal",
+                            "Default": "<class 'aiogram.client.default.Default'>"}
+    # What `import aiogram` takes (its dispatcher, handlers and filters), not ~450 modules.
+    assert len(out["before"]) <= 30, out["before"]
+    assert "aiogram.types.sticker" not in out["before"]
+    for name in all_names:
+        assert getattr(aiogram.types, name) is getattr(  # the same mapping as stock
+            sys.modules["aiogram.types" + where[name][0]], where[name][1])
+
+
+def test_bot_imports_no_method_or_type_at_module_level(lean: Path) -> None:
     out = _python("""
 import json, sys
 import aiogram.client.bot as b
-import aiogram.methods as m
+import aiogram.methods as m, aiogram.types as t
 print(json.dumps({"file": b.__file__,
-                  "names": sorted(n for n in m.__all__ if n in vars(b)),
-                  "modules": sorted(n for n in sys.modules if n.startswith("aiogram.methods."))}))
+                  "names": sorted(n for n in (*m.__all__, *t.__all__)
+                                  if n in vars(b) and n != "Default"),
+                  "modules": sorted(n for n in sys.modules if n.startswith("aiogram.methods.")),
+                  "types": sorted(n for n in sys.modules if n.startswith("aiogram.types."))}))
 """, lean)
     assert str(out["file"]).startswith(str(lean))
     assert out["names"] == []
     assert len(out["modules"]) <= 3, out["modules"]  # base and what aiogram's dispatcher takes
+    assert len(out["types"]) <= 30, out["types"]  # what `import aiogram` takes, not ~450
 
 
 @pytest.mark.slow
@@ -157,7 +198,8 @@ def test_telegram_channel_runs_on_lean_aiogram_and_creates_few_methods(
 def _bot(tmp_path: Path, body: str) -> Path:
     path = tmp_path / "bot.py"
     path.write_text("from __future__ import annotations\n"
-                    "from ..methods import GetMe, SendMessage\n" + body)
+                    "from ..methods import GetMe, SendMessage\n"
+                    "from ..types import Chat\n" + body)
     return path
 
 
@@ -176,6 +218,25 @@ def test_rewrite_moves_method_imports_into_the_functions_using_them(tmp_path: Pa
     assert out.count("from ..methods import") == 1  # not into other(), not for SendMessage
 
 
+def test_rewrite_moves_type_imports_too_and_drops_annotation_only_ones(tmp_path: Path) -> None:
+    path = tmp_path / "bot.py"
+    path.write_text("from __future__ import annotations\n"
+                    "from ..methods import GetMe\n"
+                    "from ..types import Message, User\n"
+                    "class Bot:\n"
+                    "    async def get_me(self) -> User:\n"
+                    "        return await self(GetMe())\n"
+                    "    def check(self, m: Message) -> bool:\n"
+                    "        return isinstance(m, Message)\n")
+    lines = aiogram_lean.bot_source(path).splitlines()
+    assert not any(ln.startswith("from ..") for ln in lines)
+    assert "        from ..types import Message" in lines
+    assert "        from ..methods import GetMe" in lines
+    assert not any("import User" in ln for ln in lines)  # an annotation only: a string
+    only_methods = aiogram_lean.bot_source(path, packages=("methods",)).splitlines()
+    assert "from ..types import Message, User" in only_methods
+
+
 @pytest.mark.parametrize("body, match", [
     ("class Bot:\n    DEFAULT = SendMessage\n", "class level"),
     ("class Bot:\n    def send(self, m=SendMessage) -> None:\n        pass\n", "def time"),
@@ -183,6 +244,11 @@ def test_rewrite_moves_method_imports_into_the_functions_using_them(tmp_path: Pa
     ("class Bot(GetMe):\n    pass\n", "bases"),
     ("ALIAS = GetMe\n", "module level"),
     ("def f() -> None:\n    global GetMe\n    GetMe = 1\n", "global"),
+    ("from ..types import User\nclass Bot:\n    ME = User\n", "class level"),
+    ("from ..types import User\ndef f(u=User) -> None:\n    pass\n", "def time"),
+    ("from ..types import User\nCHECK = (User,)\n", "module level"),
+    ("from ..types import User as U\n", "as U"),
+    ("from ..types import GetMe\n", "imported again"),
 ])
 def test_rewrite_refuses_a_method_name_used_outside_a_function_body(
     tmp_path: Path, body: str, match: str
@@ -214,17 +280,82 @@ def test_methods_map_refuses_an_init_it_does_not_understand(
         aiogram_lean.methods_map(path)
 
 
+TYPES_INIT = (
+    "from typing import Optional\n"
+    "from .user import User\n"
+    "__all__ = ('User',)\n"
+    "from ..client.default import Default as _Default\n"
+    "_types_namespace = {'Optional': Optional, 'Default': _Default, "
+    "**{name: globals()[name] for name in __all__}}\n"
+    "for _entity_name in __all__:\n"
+    "    _entity = globals()[_entity_name]\n"
+    "    if hasattr(_entity, 'model_rebuild'):\n"
+    "        _entity.model_rebuild(_types_namespace=_types_namespace)\n"
+    "del _entity\n"
+    "del _entity_name\n"
+    "del _types_namespace\n"
+)
+
+
+def test_types_map_reads_the_shape_it_knows(tmp_path: Path) -> None:
+    path = tmp_path / "__init__.py"
+    path.write_text(TYPES_INIT)
+    where, all_names, kept, extra = aiogram_lean.types_map(path)
+    assert where == {"User": (".user", "User")} and all_names == ("User",)
+    assert kept == ["from typing import Optional",
+                    "from ..client.default import Default as _Default"]
+    assert extra == {"Optional": "Optional", "Default": "_Default"}
+    source = aiogram_lean.types_source(path)
+    compile(source, "types", "exec")
+    assert "model_rebuild" not in source
+    assert "_NAMESPACE_EXTRA = {'Optional': Optional, 'Default': _Default}" in source
+
+
+@pytest.mark.parametrize("old, new, match", [
+    ("model_rebuild(_types_namespace=_types_namespace)",
+     "model_rebuild(force=True, _types_namespace=_types_namespace)", "unexpected For"),
+    ("for _entity_name in __all__:", "for _entity_name in sorted(__all__):", "unexpected For"),
+    ("**{name: globals()[name] for name in __all__}", "**globals()", "spreads"),
+    ("'Default': _Default, ", "'Default': _Default, 'Extra': Missing, ", "Missing"),
+    ("'Default': _Default, ", "'Default': _Default, NAME: 1, ", "computed key"),
+    ("del _entity\n", "del _entity\nUser.model_rebuild()\n", "unexpected Expr"),
+    ("del _entity\n", "del _entity\nfrom typing import Any\n", "unexpected ImportFrom"),
+    ("_types_namespace = {", "_other_namespace = {", "unexpected Assign"),
+    ("__all__ = ('User',)\n", "__all__ = ('User', 'Chat')\n", "Chat"),
+])
+def test_types_map_refuses_an_init_it_does_not_understand(
+    tmp_path: Path, old: str, new: str, match: str
+) -> None:
+    assert old in TYPES_INIT
+    path = tmp_path / "__init__.py"
+    path.write_text(TYPES_INIT.replace(old, new))
+    with pytest.raises(aiogram_lean.LeanError, match=match):
+        aiogram_lean.types_map(path)
+
+
+def test_types_map_refuses_an_init_without_the_loop(tmp_path: Path) -> None:
+    path = tmp_path / "__init__.py"
+    path.write_text(TYPES_INIT.split("_types_namespace = ")[0])
+    with pytest.raises(aiogram_lean.LeanError, match="rebuild loop"):
+        aiogram_lean.types_map(path)
+
+
 def test_package_config_is_yaml_nuitka_reads() -> None:
     config = yaml.safe_load(aiogram_lean.package_config())
-    assert [c["module-name"] for c in config] == ["aiogram.methods", "aiogram.client.bot"]
+    assert [c["module-name"] for c in config] == ["aiogram.methods", "aiogram.types",
+                                                  "aiogram.client.bot"]
     for entry in config:
         (rule,) = entry["anti-bloat"]
         compile(rule["module_code"], entry["module-name"], "exec")
         assert rule["module_code"] == aiogram_lean.sources()[entry["module-name"]]
-    (implicit,) = config[0]["implicit-imports"]
-    where, _ = aiogram_lean.methods_map()
-    methods_dir = Path(aiogram_lean.installed("aiogram.methods")).parent
-    on_disk = {f"aiogram.methods.{p.stem}" for p in methods_dir.glob("*.py")
-               if p.stem != "__init__"}
-    assert set(implicit["depends"]) == {"aiogram.methods" + m for m, _ in where.values()}
-    assert set(implicit["depends"]) <= on_disk
+    methods, _ = aiogram_lean.methods_map()
+    types, *_ = aiogram_lean.types_map()
+    for entry, where in ((config[0], methods), (config[1], types)):
+        package = entry["module-name"]
+        (implicit,) = entry["implicit-imports"]
+        package_dir = Path(aiogram_lean.installed(package)).parent
+        on_disk = {f"{package}.{p.stem}" for p in package_dir.glob("*.py")
+                   if p.stem != "__init__"}
+        assert set(implicit["depends"]) == {package + m for m, _ in where.values()}
+        assert set(implicit["depends"]) <= on_disk
+    assert "implicit-imports" not in config[2]

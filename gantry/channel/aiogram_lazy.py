@@ -26,10 +26,15 @@ serializer, when it meets such an instance where the schema does not say what it
 cannot rebuild itself. Each deferred class's serializer mock is therefore also a descriptor
 that builds the class when read through an instance.
 
-In the binary, ``aiogram.methods`` is lazy too (build/aiogram_lean.py): a method class is
-created when first imported, after this module is done. ``TelegramMethod`` therefore gets its
-own ``__pydantic_init_subclass__`` (chaining to the inherited one) that gives each method
-class created later the same namespace and serializer; one method (``PROBE``) is checked.
+In the binary, ``aiogram.methods`` and ``aiogram.types`` are lazy (build/aiogram_lean.py): a
+class is created when first imported, mostly after this module is done. ``TelegramMethod``
+and ``TelegramObject`` therefore get their own ``__pydantic_init_subclass__`` (chaining to the
+inherited one) that prepares each class created later like the rest; one method (``PROBE``)
+and one type (``TYPE_PROBE``) are checked. The lazy ``aiogram.types`` has no rebuild loop, so
+there is no namespace to keep, and one of every name would create every class: each class
+instead gets a view (``_View``) that, when pydantic reads it to build the class, creates
+only the names the class's annotations reach (``_Reach``), and ``Response[...]`` walks its
+arguments as it is parametrized. Falling back to stock there means running the dropped loop.
 
 tests/test_aiogram_lazy.py checks types, methods and responses validate and serialise as with
 stock aiogram, and fails if aiogram's import shape or pydantic's hooks change.
@@ -46,6 +51,7 @@ immutable, so sharing one is safe); afterwards ``typing`` is as it was.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib
 import inspect
@@ -60,8 +66,10 @@ log = logging.getLogger("gantry.channel.aiogram_lazy")
 TYPES = "aiogram.types"
 METHODS = "aiogram.methods"
 BASE = "aiogram.methods.base"
-# A method every Telegram channel sends first; checked to be deferred like the rest.
+# A method every Telegram channel sends first and the type it returns; checked to be deferred
+# like the rest.
 PROBE = "GetMe"
+TYPE_PROBE = "User"
 # Parameters of pydantic's BaseModel.model_rebuild the rebuild loop and the first-use rebuild
 # rely on; a pydantic that renames them must not be patched blindly.
 REBUILD_PARAMS = ("force", "raise_errors", "_parent_namespace_depth", "_types_namespace")
@@ -206,38 +214,176 @@ def _lazy_import() -> None:
         base.model_rebuild = rebuild  # type: ignore[method-assign]
         base.__pydantic_init_subclass__ = init_sub  # type: ignore[method-assign]
 
-    types_models = _models(types_mod)
-    missed = [c.__name__ for c in types_models if c not in intercepted]
-    if not types_models or missed:
-        raise ShapeChanged(f"aiogram.types' rebuild loop was not seen for {missed[:5] or 'any'}")
-    namespaces = {id(ns) for ns in intercepted.values()}
-    if len(namespaces) != 1:
-        raise ShapeChanged("aiogram.types' rebuild loop passed more than one namespace")
-    namespace = next(iter(intercepted.values()))
-    if not deferred_methods:
+    telegram_method = deferred_methods[0] if deferred_methods else None
+    if telegram_method is None:
         raise ShapeChanged("aiogram.methods.base.TelegramMethod was not seen")
     response = getattr(base_mod, "Response", None)
     if not isinstance(response, type) or not hasattr(response, "__pydantic_generic_metadata__"):
         raise ShapeChanged("aiogram.methods.base.Response is not a generic pydantic model")
-    telegram_method = deferred_methods[0]
     lazy_where = vars(methods_mod).get("_LAZY_WHERE")
     if lazy_where is not None and not (isinstance(lazy_where, dict)
                                        and set(methods_mod.__all__) <= set(lazy_where)):
         raise ShapeChanged("aiogram.methods is lazy but does not map every name of __all__")
+    namespaces: Namespaces
+    if "_LAZY_WHERE" in vars(types_mod):
+        if intercepted:
+            raise ShapeChanged("aiogram.types is lazy but still ran its rebuild loop")
+        namespaces = _lazy_types_namespaces(types_mod, response)
+        types_models = [c for c in created if (c.__module__ or "").startswith(TYPES + ".")]
+    else:
+        types_models = _models(types_mod)
+        missed = [c.__name__ for c in types_models if c not in intercepted]
+        if not types_models or missed:
+            raise ShapeChanged(
+                f"aiogram.types' rebuild loop was not seen for {missed[:5] or 'any'}")
+        if len({id(ns) for ns in intercepted.values()}) != 1:
+            raise ShapeChanged("aiogram.types' rebuild loop passed more than one namespace")
+        namespaces = Namespaces(next(iter(intercepted.values())))
     methods_seen = [c for c in created if issubclass(c, telegram_method)]
     eager = [c.__name__ for c in [*types_models, *methods_seen]
              if getattr(c, "__pydantic_complete__", True) and c.__module__ != BASE]
     if eager:
         raise ShapeChanged(f"models built at import despite the shim: {eager[:5]}")
-    _on_method_classes(telegram_method, namespace)
+    _on_subclasses(telegram_method, METHODS, namespaces)
+    if namespaces.lazy:
+        _on_subclasses(types_mod.TelegramObject, TYPES, namespaces)
     cls: Any
     for cls in {*created, response}:
-        _prepare(cls, namespace)
-    probe = getattr(methods_mod, PROBE)
-    if (probe.__pydantic_complete__ or probe.__pydantic_parent_namespace__ is not namespace
-            or type(probe.__dict__.get("__pydantic_serializer__")).__name__
-            != "SerializerOnDemand"):
-        raise ShapeChanged(f"aiogram.methods.{PROBE} was not deferred like the others")
+        _prepare(cls, namespaces.of(cls))
+    for module, name in ((methods_mod, PROBE), (types_mod, TYPE_PROBE)):
+        probe = getattr(module, name)
+        if (probe.__pydantic_complete__
+                or probe.__pydantic_parent_namespace__ is not namespaces.of(probe)
+                or type(probe.__dict__.get("__pydantic_serializer__")).__name__
+                != "SerializerOnDemand"):
+            raise ShapeChanged(f"{module.__name__}.{name} was not deferred like the others")
+
+
+class Namespaces:
+    """The forward-reference namespace each aiogram class is built against: with aiogram's
+    rebuild loop, the one dict the loop passed (every name, all classes created)."""
+
+    lazy = False
+
+    def __init__(self, namespace: dict[str, Any]) -> None:
+        self.namespace = namespace
+
+    def of(self, cls: Any) -> dict[str, Any]:
+        return self.namespace
+
+
+class _Reach:
+    """The names of aiogram.types a class's annotations reach, created on demand, for a lazy
+    aiogram.types (build/aiogram_lean.py): stock's namespace holds every name, but building a
+    class only ever resolves the names its annotations, and its fields' classes' annotations,
+    mention. `shared` holds the extra names and every name created so far (the same objects
+    stock's namespace holds)."""
+
+    def __init__(self, types_mod: Any, extra: dict[str, Any]) -> None:
+        self.module = types_mod
+        self.names = frozenset(types_mod.__all__)
+        self.shared: dict[str, Any] = dict(extra)
+        self.walked: set[Any] = set()
+
+    def require(self, *roots: Any) -> None:
+        """Create every aiogram.types name the annotations under `roots` reach."""
+        stack = list(roots)
+        while stack:
+            obj = stack.pop()
+            if isinstance(obj, typing.ForwardRef):
+                obj = obj.__forward_arg__
+            if isinstance(obj, str):
+                if obj in self.walked:
+                    continue
+                self.walked.add(obj)
+                stack.extend(self._names_in(obj))
+            elif isinstance(obj, type) and hasattr(obj, "__pydantic_fields__"):
+                if obj in self.walked:
+                    continue
+                self.walked.add(obj)
+                for klass in obj.__mro__:
+                    stack.extend(vars(klass).get("__annotations__", {}).values())
+                stack.extend(typing.get_args(obj))  # a parametrized generic's arguments
+            elif type(obj).__name__ == "TypeAliasType":  # typing's or typing_extensions'
+                stack.append(obj.__value__)
+            else:
+                stack.extend(typing.get_args(obj))
+
+    def _names_in(self, annotation: str) -> list[Any]:
+        """The values of the aiogram.types names an annotation string mentions (strings
+        inside it, such as Optional["X"], walked as well)."""
+        try:
+            tree = ast.parse(annotation, mode="eval")
+        except SyntaxError:
+            return []
+        found: list[Any] = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id in self.names:
+                if node.id not in self.shared:
+                    self.shared[node.id] = getattr(self.module, node.id)
+                found.append(self.shared[node.id])
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found.append(node.value)
+        return found
+
+
+class _View(dict[str, Any]):
+    """One class's `__pydantic_parent_namespace__` with a lazy aiogram.types. pydantic reads
+    it only through `.items()` (unpack_lenient_weakvaluedict, in model_rebuild and when a
+    parametrized generic is created; tests/test_aiogram_lazy.py checks both), which first
+    creates the names the class's annotations reach, then yields those and every other name
+    created so far. The dict itself stays empty: one shared copy, not one per class. `owner`
+    None: Response, whose parametrized forms' arguments are walked as they are made
+    (`Response.__class_getitem__`)."""
+
+    def __init__(self, reach: _Reach, owner: Any) -> None:
+        super().__init__()
+        self._reach = reach
+        self._owner = owner
+
+    def items(self) -> Any:
+        if self._owner is not None:
+            self._reach.require(self._owner)
+        return self._reach.shared.items()
+
+
+class LazyNamespaces(Namespaces):
+    """Per-class views that create only what the class reaches (see _Reach)."""
+
+    lazy = True
+
+    def __init__(self, reach: _Reach, response: Any) -> None:
+        super().__init__(_View(reach, None))
+        self.reach = reach
+        self.response = response
+
+    def of(self, cls: Any) -> dict[str, Any]:
+        if cls is self.response:
+            return self.namespace
+        view = cls.__dict__.get("__pydantic_parent_namespace__")
+        return view if isinstance(view, _View) else _View(self.reach, cls)
+
+
+def _lazy_types_namespaces(types_mod: Any, response: Any) -> LazyNamespaces:
+    """Namespaces for a lazy aiogram.types, and `Response[...]` walking its arguments."""
+    extra = vars(types_mod).get("_NAMESPACE_EXTRA")
+    where = vars(types_mod).get("_LAZY_WHERE")
+    if not (isinstance(extra, dict) and isinstance(where, dict)
+            and set(types_mod.__all__) <= set(where)):
+        raise ShapeChanged("aiogram.types is lazy but lacks _NAMESPACE_EXTRA or does not map "
+                           "every name of __all__")
+    getitem = response.__dict__.get("__class_getitem__", None)
+    if getitem is not None or not callable(getattr(response, "__class_getitem__", None)):
+        raise ShapeChanged("aiogram.methods.base.Response defines its own __class_getitem__")
+    reach = _Reach(types_mod, extra)
+    inherited = response.__class_getitem__.__func__
+
+    def class_getitem(cls: Any, params: Any) -> Any:
+        reach.require(*(params if isinstance(params, tuple) else (params,)))
+        return inherited(cls, params)
+
+    response.__class_getitem__ = classmethod(class_getitem)
+    return LazyNamespaces(reach, response)
 
 
 def _prepare(cls: Any, namespace: Any) -> None:
@@ -247,22 +393,35 @@ def _prepare(cls: Any, namespace: Any) -> None:
         _serializer_on_demand(cls)
 
 
-def _on_method_classes(telegram_method: Any, namespace: Any) -> None:
-    """Prepare every aiogram method class created from now on as it is created: with a lazy
-    aiogram.methods (the binary, build/aiogram_lean.py) most are created after the import."""
-    own = telegram_method.__dict__.get("__pydantic_init_subclass__")
+def _on_subclasses(base: Any, package: str, namespaces: Namespaces) -> None:
+    """Prepare every class of `package` derived from `base` (TelegramMethod, TelegramObject)
+    as it is created: with the binary's lazy aiogram.methods and aiogram.types
+    (build/aiogram_lean.py) most are created after the import."""
+    own = base.__dict__.get("__pydantic_init_subclass__")
     if own is not None and not isinstance(own, classmethod):
-        raise ShapeChanged("TelegramMethod.__pydantic_init_subclass__ is not a classmethod")
+        raise ShapeChanged(f"{base.__name__}.__pydantic_init_subclass__ is not a classmethod")
 
     def init_subclass(cls: Any, **kwargs: Any) -> None:
         if own is not None:
             own.__func__(cls, **kwargs)
         else:
-            super(telegram_method, cls).__pydantic_init_subclass__(**kwargs)
-        if (cls.__module__ or "").startswith(METHODS + "."):
-            _prepare(cls, namespace)
+            super(base, cls).__pydantic_init_subclass__(**kwargs)
+        if (cls.__module__ or "").startswith(package + "."):
+            _prepare(cls, namespaces.of(cls))
 
-    telegram_method.__pydantic_init_subclass__ = classmethod(init_subclass)
+    base.__pydantic_init_subclass__ = classmethod(init_subclass)
+
+
+def _rebuild_every_type(types_mod: Any) -> None:
+    """What the installed aiogram/types/__init__.py ends with, for the binary's lazy
+    aiogram.types (build/aiogram_lean.py drops it): every type created and built against one
+    namespace of every name."""
+    namespace = {**vars(types_mod).get("_NAMESPACE_EXTRA", {}),
+                 **{name: getattr(types_mod, name) for name in types_mod.__all__}}
+    for name in types_mod.__all__:
+        entity = namespace[name]
+        if hasattr(entity, "model_rebuild"):
+            entity.model_rebuild(_types_namespace=namespace)
 
 
 def _stock_import(reason: str) -> None:
@@ -270,6 +429,9 @@ def _stock_import(reason: str) -> None:
     for name in [n for n in sys.modules if n == "aiogram" or n.startswith("aiogram.")]:
         del sys.modules[name]
     importlib.import_module("aiogram")
+    types_mod = importlib.import_module(TYPES)
+    if "_LAZY_WHERE" in vars(types_mod):
+        _rebuild_every_type(types_mod)
     log.warning("aiogram lazy model building not applied; aiogram builds every model at import "
                 "(slower start, more memory)", extra={"reason": reason})
 
