@@ -393,6 +393,35 @@ def test_fallback_when_a_lean_type_class_is_built_at_creation(lean: Path) -> Non
     assert out["update_built"] and out["send_built"]
 
 
+def test_classes_created_on_demand_compile_each_annotation_once(lean: Path) -> None:
+    """With the lean aiogram.types the ~220 classes an Update reaches are created when the
+    first Response[list[Update]] is made; the memo covers that batch too."""
+    proc = _python(textwrap.dedent("""
+        import builtins, collections, typing
+        import gantry.channel.aiogram_lazy as shim
+        from aiogram.methods.base import Response
+        from aiogram.types import Update
+        seen = collections.Counter()
+        real = builtins.compile
+
+        def counting(source, filename, mode, *args, **kwargs):
+            if filename == "<string>" and mode == "eval":
+                seen[source] += 1
+            return real(source, filename, mode, *args, **kwargs)
+
+        builtins.compile = counting
+        Response[list[Update]].model_validate({"ok": True, "result": [{"update_id": 1}]})
+        builtins.compile = real
+        print(shim.state, sum(seen.values()), len(seen), max(seen.values()),
+              "compile" in vars(typing))
+        """), lean=lean)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    state, total, distinct, most, shadowed = proc.stdout.split()
+    assert state == "lazy" and shadowed == "False"
+    assert int(distinct) > 100  # the batch's annotations did go through ForwardRef
+    assert int(total) < 1.2 * int(distinct) and int(most) <= 5
+
+
 def test_annotation_strings_are_compiled_once_during_the_import() -> None:
     """typing.ForwardRef's compile() is memoised while aiogram's classes are created (each
     distinct annotation string compiled once), and typing is left as it was afterwards."""

@@ -42,7 +42,8 @@ stock aiogram, and fails if aiogram's import shape or pydantic's hooks change.
 If aiogram is already imported, or any hook or expectation is missing, aiogram is imported
 (again) unmodified and one warning is logged: stock behaviour, slower start.
 
-One more saving for the same window, independent of the hooks: aiogram's annotations are
+One more saving for the same window (and, with a lazy aiogram.types, for each batch of classes
+created on demand later), independent of the hooks: aiogram's annotations are
 strings, and ``typing.ForwardRef`` compiles each one it is made from — about 4,100 compiles of
 some 640 distinct strings (``"str | None"`` a few hundred times) while the classes are created.
 ``typing``'s ``compile`` is pointed at a memo for the duration of the import (code objects are
@@ -343,7 +344,8 @@ class _View(dict[str, Any]):
 
     def items(self) -> Any:
         if self._owner is not None:
-            self._reach.require(self._owner)
+            with _compile_once():
+                self._reach.require(self._owner)
         return self._reach.shared.items()
 
 
@@ -379,7 +381,8 @@ def _lazy_types_namespaces(types_mod: Any, response: Any) -> LazyNamespaces:
     inherited = response.__class_getitem__.__func__
 
     def class_getitem(cls: Any, params: Any) -> Any:
-        reach.require(*(params if isinstance(params, tuple) else (params,)))
+        with _compile_once():
+            reach.require(*(params if isinstance(params, tuple) else (params,)))
         return inherited(cls, params)
 
     response.__class_getitem__ = classmethod(class_getitem)
