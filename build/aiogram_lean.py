@@ -54,15 +54,8 @@ LOOP_NAMES = {"_entity", "_entity_name", NAMESPACE}
 # The packages whose names client/bot.py imports at module level and the rewrite moves.
 LAZY_PACKAGES = ("methods", "types")
 
-LAZY_METHODS = '''"""aiogram.methods, as frozen into gantry: the same names, each imported from its
-module on first use (build/aiogram_lean.py explains why)."""
-
-import importlib as _importlib
-
-# name -> (submodule, name there); gantry.channel.aiogram_lazy reads it.
-_LAZY_WHERE = {where!r}
-
-
+# The module-level lookup both lazy packages share: each name imported on first access.
+_LAZY_LOOKUP = '''
 def __getattr__(name):
     where = _LAZY_WHERE.get(name)
     if where is None:
@@ -78,6 +71,16 @@ def __dir__():
 
 __all__ = {all_names!r}
 '''
+
+LAZY_METHODS = '''"""aiogram.methods, as frozen into gantry: the same names, each imported from its
+module on first use (build/aiogram_lean.py explains why)."""
+
+import importlib as _importlib
+
+# name -> (submodule, name there); gantry.channel.aiogram_lazy reads it.
+_LAZY_WHERE = {where!r}
+
+''' + _LAZY_LOOKUP
 
 
 LAZY_TYPES = '''"""aiogram.types, as frozen into gantry: the same names, each imported from its
@@ -93,22 +96,7 @@ _LAZY_WHERE = {where!r}
 # gantry.channel.aiogram_lazy builds each class against these and the names it needs.
 _NAMESPACE_EXTRA = {{{extra}}}
 
-
-def __getattr__(name):
-    where = _LAZY_WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
-    value = getattr(_importlib.import_module(where[0], __name__), where[1])
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted({{*globals(), *_LAZY_WHERE}})
-
-
-__all__ = {all_names!r}
-'''
+''' + _LAZY_LOOKUP
 
 
 def methods_map(path: Path | None = None) -> tuple[dict[str, tuple[str, str]], tuple[str, ...]]:

@@ -344,28 +344,35 @@ def test_fallback_when_aiogram_was_imported_first() -> None:
     assert out["records"][0]["reason"] == "already imported"
 
 
+def _built_at_creation(module: str, cls: str) -> str:
+    """Setup code: `module` is imported once with `cls` built as soon as it is created (the
+    stock re-import after the fallback gets aiogram's own module)."""
+    return f"""
+        import importlib.abc, importlib.machinery, importlib.util, sys
+        class BuiltAtCreation(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+            def find_spec(self, name, path, target=None):
+                if name != {module!r} or getattr(self, "done", False):
+                    return None
+                real = importlib.machinery.PathFinder.find_spec(name, path)
+                self.source = open(real.origin).read() + "\\n{cls}.model_rebuild(force=True)\\n"
+                return importlib.util.spec_from_file_location(name, real.origin, loader=self)
+            def create_module(self, spec):
+                return None
+            def exec_module(self, module):
+                self.done = True
+                exec(compile(self.source, module.__spec__.origin, "exec"), module.__dict__)
+        sys.meta_path.insert(0, BuiltAtCreation())
+    """
+
+
 @pytest.mark.parametrize("lean_copy", [False, True], ids=["stock-source", "lean"])
 def test_fallback_when_a_method_class_is_built_at_creation(
     lean_copy: bool, request: pytest.FixtureRequest
 ) -> None:
     """A method built when its class is created (at the import, or later with the lean
     methods package) is not what the shim expects: stock aiogram, one warning."""
-    out = _fallback("""
-        import importlib.abc, importlib.machinery, importlib.util, sys
-        class BuiltGetMe(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-            def find_spec(self, name, path, target=None):
-                if name != "aiogram.methods.get_me" or getattr(self, "done", False):
-                    return None
-                real = importlib.machinery.PathFinder.find_spec(name, path)
-                self.source = open(real.origin).read() + "\\nGetMe.model_rebuild(force=True)\\n"
-                return importlib.util.spec_from_file_location(name, real.origin, loader=self)
-            def create_module(self, spec):
-                return None
-            def exec_module(self, module):
-                self.done = True  # the stock re-import gets aiogram's own module
-                exec(compile(self.source, module.__spec__.origin, "exec"), module.__dict__)
-        sys.meta_path.insert(0, BuiltGetMe())
-    """, lean=request.getfixturevalue("lean") if lean_copy else None)
+    out = _fallback(_built_at_creation("aiogram.methods.get_me", "GetMe"),
+                    lean=request.getfixturevalue("lean") if lean_copy else None)
     assert "GetMe" in out["records"][0]["reason"]
     assert out["send_built"]
 
@@ -373,22 +380,7 @@ def test_fallback_when_a_method_class_is_built_at_creation(
 def test_fallback_when_a_lean_type_class_is_built_at_creation(lean: Path) -> None:
     """The binary's lazy aiogram.types with a type built when created: stock aiogram, one
     warning, and every type then built as the installed rebuild loop would have."""
-    out = _fallback("""
-        import importlib.abc, importlib.machinery, importlib.util, sys
-        class BuiltUser(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-            def find_spec(self, name, path, target=None):
-                if name != "aiogram.types.user" or getattr(self, "done", False):
-                    return None
-                real = importlib.machinery.PathFinder.find_spec(name, path)
-                self.source = open(real.origin).read() + "\\nUser.model_rebuild(force=True)\\n"
-                return importlib.util.spec_from_file_location(name, real.origin, loader=self)
-            def create_module(self, spec):
-                return None
-            def exec_module(self, module):
-                self.done = True  # the stock re-import gets aiogram's own module
-                exec(compile(self.source, module.__spec__.origin, "exec"), module.__dict__)
-        sys.meta_path.insert(0, BuiltUser())
-    """, lean=lean)
+    out = _fallback(_built_at_creation("aiogram.types.user", "User"), lean=lean)
     assert "User" in out["records"][0]["reason"]
     assert out["update_built"] and out["send_built"]
 
