@@ -12,6 +12,7 @@
  *   writable) ends in one line saying what is wrong and how to fix it, exit 1, and removes
  *   whatever this start had created.
  * - SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to the unpacked program (persona reload).
+ * - `status` and `version` exec the program in place of the bootstrap (no fork, no wait).
  *
  * GANTRY_PAYLOAD_BYTES, GANTRY_PAYLOAD_FILES and GANTRY_DOC are defined by the plugin right above this text.
  */
@@ -403,6 +404,21 @@ static void gantry_exec_failed(int error) {
     }
     gantry_die("cannot run %s/gantry.bin: %s; remove %s and start gantry again, %s", gantry_final, strerror(error),
                gantry_final, GANTRY_DOC);
+}
+
+/* status/version (the healthcheck): the unpacked program takes this process over, so no fork,
+   no waiting bootstrap, and its exit status is the command's own. Returns only on failure. */
+static void gantry_exec_in_place(char const *program, char **argv) {
+    argv[0] = (char *)getBinaryPath();
+    unsetenv("NUITKA_ONEFILE_PARENT"); /* no bootstrap to watch for: no watcher thread */
+    for (int retry = 0; retry < 10; retry++) {
+        execv(program, argv);
+        if (errno != ETXTBSY) {
+            break;
+        }
+        usleep(100000); /* as the stock child: a scanner may still hold the file open */
+    }
+    gantry_exec_failed(errno);
 }
 
 /* Reload (SIGHUP) and user signals go to the unpacked program; the bootstrap keeps waiting.

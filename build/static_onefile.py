@@ -85,23 +85,46 @@ def _has_interp(path: str) -> bool:
     return any(struct.unpack_from("<I", table, i * phentsize)[0] == 3 for i in range(phnum))
 
 
-# Commands that start lean: `status` is the healthcheck, run every few seconds.
-INSPECT_CALL = "    patchInspectModule(tstate);\n"
-INSPECT_LEAN = """    {
-        /* gantry (build/static_onefile.py): status/version never touch generators, so skip
-           importing and patching inspect (and ast, dis, re, tokenize, enum with it). */
-        bool gantry_lean = argc >= 2 && (strcmp(argv[1], "status") == 0 ||
+# Commands that start lean: `status` is the healthcheck, run every few seconds. The same test
+# runs in the bootstrap (which execs the program in place for them) and in the program.
+LEAN_TEST = """        bool gantry_lean = argc >= 2 && (strcmp(argv[1], "status") == 0 ||
                                          strcmp(argv[1], "version") == 0);
         for (int gantry_i = 2; gantry_lean && gantry_i < argc; gantry_i++) {
             if (strncmp(argv[gantry_i], "--import-times", 14) == 0) {
                 gantry_lean = false;
             }
         }
-        if (!gantry_lean) {
+"""
+INSPECT_CALL = "    patchInspectModule(tstate);\n"
+INSPECT_LEAN = """    {
+        /* gantry (build/static_onefile.py): status/version never touch generators, so skip
+           importing and patching inspect (and ast, dis, re, tokenize, enum with it); they
+           live for milliseconds and make no cycles worth collecting, so no GC passes either. */
+""" + LEAN_TEST + """        if (gantry_lean) {
+            PyGC_Disable();
+        } else {
             patchInspectModule(tstate);
         }
     }
 """
+# The program's module lookup: build/gantry_loader.c in place of the stock linear findEntry.
+LOADER_C = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gantry_loader.c")
+METAPATH_C = "MetaPathBasedLoader.c"
+FIND_ENTRY = (
+    "static struct Nuitka_MetaPathBasedLoaderEntry *findEntry(char const *name, bool internal) {\n"
+    """    for (int i = 0; i < loader_entry_count; i++) {
+        if (compareToEntryName(name, loader_entries[i])) {
+            if (!internal && (loader_entries[i]->flags & NUITKA_INTERNAL_MODULE_FLAG)) {
+                continue;
+            }
+
+            return loader_entries[i];
+        }
+    }
+
+    return NULL;
+}
+""")
 
 # The onefile bootstrap: build/gantry_bootstrap.c goes in after the includes, and these calls
 # of the stock code are routed through it (needle -> replacement, each needle exactly once).
@@ -145,6 +168,11 @@ BOOTSTRAP_PATCHES = (
     # The unpacked (or checked) payload is never read again: its pages leave the bootstrap.
     ("    closePayloadData();\n",
      "    closePayloadData();\n    gantry_release_payload(payload_data, payload_size);\n"),
+    # status/version: the program replaces the bootstrap (exec, no fork and wait).
+    ("    pid_t pid = fork();\n",
+     "    {\n" + LEAN_TEST + "        if (gantry_lean) {\n"
+     "            gantry_exec_in_place(fork_binary, argv);\n        }\n    }\n"
+     "    pid_t pid = fork();\n"),
     # SIGHUP (persona reload), SIGUSR1/2: forwarded to the program.
     ("            sigaction(SIGTERM, &sa, NULL);\n",
      "            sigaction(SIGTERM, &sa, NULL);\n            gantry_install_forwarding();\n"),
@@ -379,13 +407,16 @@ class GantryStaticOnefile(NuitkaPluginBase):
         nuitka_static = os.path.join(getSconsDataPath(), "static_src")
         own = os.path.join(static, "gantry")
         os.makedirs(own, exist_ok=True)
-        for name in (HELPERS_C, SAFE_STRINGS_C):
+        for name in (HELPERS_C, SAFE_STRINGS_C, METAPATH_C):
             shutil.copyfile(os.path.join(nuitka_static, name), os.path.join(own, name))
         self._patch_region(os.path.join(own, SAFE_STRINGS_C), LOCALE_START, LOCALE_END,
                            UTF8_DECODE)
+        with open(LOADER_C, encoding="utf-8") as f:
+            self._patch(os.path.join(own, METAPATH_C), FIND_ENTRY, f.read())
         self._patch(os.path.join(static, "CompiledFunctionType.c"), f'#include "{HELPERS_C}"',
                     f'#include "gantry/{HELPERS_C}"')
-        self.info("program: paths decode as UTF-8 under any locale (no abort without one)")
+        self.info("program: paths decode as UTF-8 under any locale (no abort without one), "
+                  "modules are found through a hash index")
 
     def _patch_bootstrap(self, path: str) -> None:
         """Insert build/gantry_bootstrap.c and route the stock unpack, error and signal code
