@@ -162,7 +162,10 @@ async def check_telegram(cfg: Config, context: Any) -> list[Result]:
     base = f"{cfg.telegram_api_url.rstrip('/')}/bot{cfg.telegram_bot_token}"
     started = time.monotonic()
     verify = context if context is not None else True
-    async with httpx.AsyncClient(timeout=TELEGRAM_TIMEOUT, verify=verify) as client:
+    # trust_env off, as in the channel's aiohttp session: proxy variables are the model
+    # client's alone, so the probe goes where `gantry run` will.
+    async with httpx.AsyncClient(timeout=TELEGRAM_TIMEOUT, verify=verify,
+                                 trust_env=False) as client:
         try:
             me = await client.get(f"{base}/getMe")
         except httpx.HTTPError as exc:
@@ -282,7 +285,7 @@ def main(env_file: str | None, as_json: bool) -> int:
     logging.disable(logging.CRITICAL)  # the lines below are the report; logs would repeat them
     try:
         environ = config.merged_environ(env_file)
-        cfg = config.load(environ)
+        cfg = config.load(environ, proxy_env=os.environ)
     except config.ConfigError as exc:
         results = [_fail("config", "; ".join(exc.problems) if exc.problems else str(exc),
                          "see docs/configuration.md")]

@@ -161,10 +161,15 @@ def _check_tz(raw: str, problems: list[str]) -> None:
         )
 
 
-def load(environ: Mapping[str, str] | None = None) -> Config:
+def load(
+    environ: Mapping[str, str] | None = None, *, proxy_env: Mapping[str, str] | None = None
+) -> Config:
     """Build a Config from `environ` (default: os.environ) or raise ConfigError.
 
     An empty variable counts as unset, so compose's `X=` falls back to the default.
+    `proxy_env` is where the model client will read its proxy variables (httpx reads the
+    process environment, never an env file); None skips that check for commands that make
+    no model call.
     """
     env = os.environ if environ is None else environ
     problems: list[str] = []
@@ -240,6 +245,11 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
 
     if "cron_tz" in values:
         _check_tz(values["cron_tz"], problems)
+
+    if proxy_env is not None:
+        from gantry import proxyenv
+
+        problems += proxyenv.problems(proxy_env)
 
     if problems:
         raise ConfigError(problems)

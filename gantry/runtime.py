@@ -332,7 +332,7 @@ def main(env_file: str | None) -> int:
 
     try:
         environ = config.merged_environ(env_file)
-        cfg = config.load(environ)
+        cfg = config.load(environ, proxy_env=os.environ)
     except config.ConfigError as exc:
         print(logsetup.strip_url_credentials(str(exc)), file=sys.stderr)
         return 1

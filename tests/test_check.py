@@ -131,6 +131,25 @@ def test_bad_config_lists_every_problem(tmp_path: Path) -> None:
     assert "LLM_BASE_URL" in line and "HISTORY_MAX_MESSAGES" in line
 
 
+def test_bad_proxy_variable_fails_the_config_check(tmp_path: Path) -> None:
+    env = _env(tmp_path, "http://127.0.0.1:9/v1",
+               HTTPS_PROXY="http://user:pr0xy-Secret@127.0.0.1:3128:bad")
+    result = _check(env)
+    assert result.returncode == 1 and "pr0xy-Secret" not in result.stdout
+    line = _line(result.stdout, "config")
+    assert line.startswith("FAIL") and "HTTPS_PROXY='http://[REDACTED]@127.0.0.1:3128:bad'" in line
+
+
+def test_telegram_probe_ignores_proxy_variables(tmp_path: Path) -> None:
+    """As the channel's aiohttp session does: through a dead proxy, getMe would fail."""
+    with FakeOpenAI(api_key=KEY) as model, FakeTelegram(token=TOKEN) as tg:
+        env = _telegram_env(tmp_path, model.base_url, tg)
+        dead = "http://127.0.0.1:9"
+        result = _check({**env, "HTTP_PROXY": dead, "NO_PROXY": model.base_url.rsplit("/", 1)[0]})
+    assert result.returncode == 0, result.stdout
+    assert _line(result.stdout, "telegram").startswith("ok")
+
+
 def test_read_only_data_dir(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()

@@ -83,6 +83,23 @@ def test_secret_values_never_echoed() -> None:
     assert "TELEGRAM_BOT_TOKEN" in str(err.value)
 
 
+def test_proxy_variables_are_checked_where_the_model_client_reads_them() -> None:
+    """`proxy_env` (the process environment, for `run` and `check`) is checked with the rest,
+    one problem per bad variable, its proxy login never echoed; None skips the check."""
+    bad = {"HTTPS_PROXY": "http://user:pr0xy-Secret@127.0.0.1:3128:bad",
+           "http_proxy": "ftp://127.0.0.1:21", "NO_PROXY": "localhost"}
+    with pytest.raises(ConfigError) as err:
+        config.load({**BASE, "HISTORY_MAX_MESSAGES": "lots"}, proxy_env=bad)
+    msg = str(err.value)
+    assert len(err.value.problems) == 3 and "HISTORY_MAX_MESSAGES" in msg
+    assert "HTTPS_PROXY='http://[REDACTED]@127.0.0.1:3128:bad' is not a proxy URL" in msg
+    assert "http_proxy='ftp://127.0.0.1:21' is not a proxy URL" in msg
+    assert "pr0xy-Secret" not in msg and "unset it" in msg
+    good = {"HTTPS_PROXY": "http://user:pw@127.0.0.1:3128", "NO_PROXY": "localhost,127.0.0.1"}
+    assert config.load(BASE, proxy_env=good).llm_model == "llama3"
+    config.load({**BASE, **bad})
+
+
 def test_allowed_users_parsing() -> None:
     cfg = config.load({**BASE, **TG, "TELEGRAM_ALLOWED_USERS": " 1, 2,2 ,3 "})
     assert cfg.telegram_allowed_users == (1, 2, 3)

@@ -101,6 +101,35 @@ def test_boot_problems_exit_1_with_one_message(tmp_path: Path, setup: str, needl
     assert proc.stdout == ""
 
 
+def test_bad_proxy_variables_fail_boot_one_line_each(tmp_path: Path) -> None:
+    """httpx would raise on these at the first model call, failing every turn: boot fails
+    instead, naming each variable, its proxy login never printed."""
+    (tmp_path / "p").mkdir()
+    env = _env(tmp_path, "http://127.0.0.1:9/v1", HTTPS_PROXY="user:pr0xy-Secret@proxy:3128:bad",
+               all_proxy="ftp://127.0.0.1:21", NO_PROXY="localhost")
+    proc = subprocess.run([sys.executable, "-m", "gantry", "run"], env=env, input="",
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "Traceback" not in proc.stderr and "pr0xy-Secret" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if "_PROXY" in line.upper()]
+    assert len(lines) == 2, proc.stderr
+    assert lines[0].startswith("  - HTTPS_PROXY='[REDACTED]@proxy:3128:bad' is not a proxy URL")
+    assert lines[1].startswith("  - all_proxy='ftp://127.0.0.1:21' is not a proxy URL")
+    assert all(line.endswith("or unset it") for line in lines)
+
+
+def test_usable_proxy_variables_pass_boot(tmp_path: Path) -> None:
+    """A valid proxy setting passes boot; here NO_PROXY sends the loopback model past it."""
+    (tmp_path / "p").mkdir()
+    with FakeOpenAI() as fake:
+        env = _env(tmp_path, fake.base_url, HTTP_PROXY="http://user:pw@127.0.0.1:9",
+                   HTTPS_PROXY="127.0.0.1:9", NO_PROXY="localhost,127.0.0.1")
+        proc = subprocess.run([sys.executable, "-m", "gantry", "run"], env=env, input="hi\n",
+                              capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "echo: hi\n"
+
+
 @pytest.fixture
 def cfg_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "p").mkdir(exist_ok=True)

@@ -153,13 +153,18 @@ NOT_ON_HEALTHCHECK = {"aiogram", "mcp", "mcp_types", "jsonschema", "httpx", "pyd
 
 
 def _imported(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """`argv` run in a fresh interpreter, reporting what it imported. Proxy variables are set
+    (one unusable): only the commands that make model calls check them, importing httpx."""
     code = (
         f"import sys; from gantry.cli import main; rc = main({argv!r}); "
         f"top = {{m.split('.')[0] for m in sys.modules}}; "
         f"print('HEAVY', sorted(top & {NOT_ON_HEALTHCHECK!r})); "
-        "print('DB', 'gantry.db' in sys.modules); sys.exit(rc)"
+        "print('DB', 'gantry.db' in sys.modules); "
+        "print('PROXYENV', 'gantry.proxyenv' in sys.modules); sys.exit(rc)"
     )
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    env = {**os.environ, "HTTPS_PROXY": "proxy:3128:bad", "NO_PROXY": "localhost"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=env)
 
 
 def test_status_imports_are_lean(tmp_path: Path) -> None:
@@ -169,12 +174,13 @@ def test_status_imports_are_lean(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "HEAVY []" in r.stdout
     assert "DB False" in r.stdout  # migrations machinery (importlib.resources) stays out
+    assert "PROXYENV False" in r.stdout
 
 
 def test_version_imports_are_lean() -> None:
     r = _imported(["version", "--json"])
     assert r.returncode == 0, r.stderr
-    assert "HEAVY []" in r.stdout
+    assert "HEAVY []" in r.stdout and "PROXYENV False" in r.stdout
     assert '"sqlite": "3.' in r.stdout
 
 
