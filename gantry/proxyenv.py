@@ -107,7 +107,7 @@ def _line(name: str, entries: list[tuple[str, str]]) -> str:
                 "names, IP addresses or .domains separated by commas, or unset it")
     (shown, why), = entries
     return (f"{name}={shown} is not a proxy URL the model client can use ({why}); set it to "
-            "http://host:port (http://user:password@host:port for a proxy login), or unset it")
+            "http://host:port (a proxy login goes before the host, as user:password@), or unset it")
 
 
 def _explained(url: str, *, proxy: bool) -> str | None:

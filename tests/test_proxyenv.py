@@ -126,7 +126,7 @@ def test_messages() -> None:
     (line,) = proxyenv.problems({"HTTPS_PROXY": "proxy:3128:bad"})
     assert line == ("HTTPS_PROXY='proxy:3128:bad' is not a proxy URL the model client can use "
                     "(Invalid port: '3128:bad'); set it to http://host:port "
-                    "(http://user:password@host:port for a proxy login), or unset it")
+                    "(a proxy login goes before the host, as user:password@), or unset it")
     # a fault outside the login is named; one inside it is not quoted
     (line,) = proxyenv.problems({"HTTPS_PROXY": "http://u:secret@127.0.0.1:3128:bad"})
     assert "'http://[REDACTED]@127.0.0.1:3128:bad'" in line and "Invalid port" in line

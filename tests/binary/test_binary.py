@@ -215,6 +215,19 @@ def test_bad_cron_tz_fails_boot_clearly(sandbox: Sandbox, start: Any) -> None:
     assert "CRON_TZ 'Mars/Olympus' is not a known IANA time zone" in run.stderr
 
 
+def test_unusable_proxy_variables_fail_boot_clearly(sandbox: Sandbox, start: Any) -> None:
+    """httpx, IDNA and the SOCKS check run inside the binary as from source: one line per
+    variable, the proxy login never shown; socks5 needs socksio, which the binary leaves out."""
+    run = start(_run_env("http://127.0.0.1:9/v1", HTTPS_PROXY="http://bob:hunter2@px:nope",
+                         all_proxy="socks5://127.0.0.1:1080"),
+                data=sandbox.new_data_dir("data-bad-proxy"))
+    assert run.wait() == 1, run.stderr
+    assert "HTTPS_PROXY='http://[REDACTED]@px:nope' is not a proxy URL" in run.stderr
+    assert "all_proxy='socks5://127.0.0.1:1080' is not a proxy URL" in run.stderr
+    assert "socksio" in run.stderr and "hunter2" not in run.stderr
+    assert "Traceback" not in run.stderr
+
+
 def test_time_zones_come_from_the_image_tzdata(
     sandbox: Sandbox, start: Any, tmp_path: Path
 ) -> None:
