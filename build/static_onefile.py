@@ -29,6 +29,7 @@ the program's start-up and its locale-dependent path decoding (see there).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import struct
@@ -413,8 +414,15 @@ class GantryStaticOnefile(NuitkaPluginBase):
                            UTF8_DECODE)
         with open(LOADER_C, encoding="utf-8") as f:
             self._patch(os.path.join(own, METAPATH_C), FIND_ENTRY, f.read())
+        # ccache's direct mode keys a compile on the main file and the includes it used last
+        # time, so it would not see the copies shadowing Nuitka's files and would hand back the
+        # stock object: the copies' digest in the including line makes every change a miss.
+        digest = hashlib.sha256()
+        for name in sorted(os.listdir(own)):
+            with open(os.path.join(own, name), "rb") as f:
+                digest.update(name.encode() + b"\0" + f.read())
         self._patch(os.path.join(static, "CompiledFunctionType.c"), f'#include "{HELPERS_C}"',
-                    f'#include "gantry/{HELPERS_C}"')
+                    f'#include "gantry/{HELPERS_C}" /* gantry {digest.hexdigest()[:16]} */')
         self.info("program: paths decode as UTF-8 under any locale (no abort without one), "
                   "modules are found through a hash index")
 
