@@ -15,9 +15,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from gantry.log import REDACTED
+
 SCHEMES = ("http", "https", "socks5", "socks5h")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
-_HIDDEN = "[REDACTED]"
 _STAND_IN = "user:password"
 _SHOWN_MAX = 80
 _LOGIN = ("the part before @, not shown, cannot be parsed: in user:password percent-encode "
@@ -160,5 +161,5 @@ def _with_login(value: str, login: str) -> str:
 
 def _shown(value: str) -> str:
     """The value as an error message shows it: any login hidden, bounded, printable."""
-    shown = _with_login(value, _HIDDEN)
+    shown = _with_login(value, REDACTED)
     return repr(shown if len(shown) <= _SHOWN_MAX else shown[: _SHOWN_MAX - 1] + "…")
