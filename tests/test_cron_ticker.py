@@ -568,3 +568,22 @@ async def test_a_failed_user_turn_still_gets_the_apology(
     fake.push(HTTPError(503))
     assert await rig.say("hello") == "Sorry — the model call failed (HTTP 503). Please try " \
         "again in a moment."
+
+
+async def test_a_turn_that_breaks_is_recorded_by_its_kind_only(
+    make: Callable[..., Awaitable[Rig]], fake: FakeOpenAI
+) -> None:
+    rig = await make()
+
+    def broken() -> str:
+        raise RuntimeError("persona store at /srv/private/token=abc123 is gone")
+
+    rig.agent.persona = broken
+    await schedule(rig, when="in 1 minute", prompt="x")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rig.cron.run)
+        rig.clock.advance(60)
+        await until(lambda: rig.rows("SELECT 1 FROM cron_run WHERE state = 'failed'"), "failed")
+        tg.cancel_scope.cancel()
+    assert rig.channel.pushes == [] and fake.requests == []
+    assert rig.rows("SELECT error FROM cron_run") == [("turn failed (RuntimeError)",)]
