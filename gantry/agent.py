@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import anyio
 
 from gantry import __version__
-from gantry.channel.base import Inbound, ReplyStream
+from gantry.channel.base import Inbound, ReplyStream, TurnFailed
 from gantry.prompt import assemble, system_text
 from gantry.session import (
     SessionStore,
@@ -164,7 +164,8 @@ class Agent:
 
     async def __call__(self, msg: Inbound, stream: ReplyStream | None = None) -> str:
         """The reply for one inbound message. Never raises (cancellation aside): any failure
-        is logged with its traceback and answered with a short apology."""
+        is logged with its traceback and answered with a short apology, except that a
+        scheduled message's failure raises TurnFailed (the scheduler records it instead)."""
         sid = msg.session_id
         lock, users = self._locks.get(sid) or (anyio.Lock(), 0)
         self._locks[sid] = (lock, users + 1)
@@ -198,9 +199,15 @@ class Agent:
             if command in ("/help", "/start"):
                 return HELP
             return await self._turn(msg.session_id, msg.text, stream, recall=not msg.group)
-        except Exception:
+        except TurnFailed as exc:
+            if msg.scheduled:
+                raise
+            return exc.reply
+        except Exception as exc:
             log.exception("turn failed", extra={"session": msg.session_id})
             await _quiet_discard(stream)
+            if msg.scheduled:
+                raise TurnFailed(f"turn failed ({type(exc).__name__})", TURN_FAILED) from None
             return TURN_FAILED
         finally:
             CALLER.reset(caller)
@@ -301,7 +308,9 @@ class Agent:
                 extra={"session": session_id, "status": exc.status, "error": str(exc)},
             )
             await _quiet_discard(stream)
-            return model_failed_reply(exc.status)
+            shown = f"HTTP {exc.status}" if exc.status else "no HTTP response"
+            reason = f"model call failed ({shown})"  # the provider's text stays in the log
+            raise TurnFailed(reason, model_failed_reply(exc.status)) from None
         self._end_routing(session_id)
         new.append(AssistantMessage(content=final))
         self.sessions.append(session_id, new)

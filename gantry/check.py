@@ -52,6 +52,19 @@ def _elapsed(started: float) -> float:
 # ---------------------------------------------------------------------------- local checks
 
 
+def check_env_file(path: str) -> Result:
+    """The env file holds the model key and bot token: only its owner should read it."""
+    try:
+        mode = os.stat(path).st_mode & 0o777
+    except OSError as exc:
+        return Result("env file", "warn", f"cannot stat {path}: {exc.strerror}")
+    if mode & 0o077:
+        who = " and ".join(w for w, bits in (("group", 0o070), ("others", 0o007)) if mode & bits)
+        return Result("env file", "warn", f"{path} is readable by {who} (mode {mode:04o}); it "
+                      "holds LLM_API_KEY and TELEGRAM_BOT_TOKEN", f"chmod 600 {path}")
+    return _ok("env file", f"{path} (mode {mode:04o})")
+
+
 def check_persona(cfg: Config) -> Result:
     from gantry.persona import PersonaError, load
 
@@ -293,6 +306,8 @@ def main(env_file: str | None, as_json: bool) -> int:
     redact = Redactor([cfg.llm_api_key, cfg.telegram_bot_token,
                        *url_secrets(cfg.llm_base_url)]).text
     results = [_ok("config", f"channel {cfg.channel}, model {cfg.llm_model}")]
+    if env_file:
+        results.append(check_env_file(env_file))
     try:
         results += anyio.run(run_checks, cfg, environ)
     except Exception as exc:  # a probe bug must still end in a report, not a traceback

@@ -90,12 +90,13 @@ def template(name: str) -> str:
 class Target:
     path: str
     text: str
+    secret: bool = False  # will hold keys: created 0600 whatever its name or the umask
 
 
 def targets(persona_dir: str, manifest: str, env_file: str) -> list[Target]:
     out = [Target(os.path.join(persona_dir, n), template(n)) for n in PERSONA_FILES]
     out.append(Target(manifest, template("mcp.toml")))
-    out.append(Target(env_file, env_template()))
+    out.append(Target(env_file, env_template(), secret=True))
     return out
 
 
@@ -104,13 +105,18 @@ class InitError(Exception):
 
 
 def write(target: Target) -> bool:
-    """Create `target` unless something is already there; True if it was written."""
+    """Create `target` unless something is already there; True if it was written.
+
+    O_EXCL refuses any existing name, a symlink (even a dangling one) included, so nothing is
+    ever overwritten or written through a link. A secret target is created 0600 in the same
+    call, so there is no moment at which it is readable by others.
+    """
     directory = os.path.dirname(target.path) or "."
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
         raise InitError(f"cannot create directory {directory}: {exc.strerror}") from None
-    mode = 0o600 if os.path.basename(target.path).startswith(".env") else 0o644
+    mode = 0o600 if target.secret else 0o644
     try:
         fd = os.open(target.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     except FileExistsError:
@@ -118,6 +124,8 @@ def write(target: Target) -> bool:
     except OSError as exc:
         raise InitError(f"cannot write in directory {directory}: {exc.strerror}") from None
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        if target.secret:
+            os.fchmod(fd, mode)  # exactly rw for the owner, even under a umask such as 0277
         fh.write(target.text)
     return True
 

@@ -191,3 +191,24 @@ def test_bad_manifest_fails_the_check(tmp_path: Path) -> None:
         result = _check(_env(tmp_path, model.base_url, MCP_MANIFEST=str(manifest)))
     assert result.returncode == 1
     assert _line(result.stdout, "mcp manifest").startswith("FAIL")
+
+
+def test_env_file_readable_by_others_is_a_warning(tmp_path: Path) -> None:
+    """The file holds the key and the token: group/world-readable is worth a line (not a FAIL)."""
+    with FakeOpenAI(api_key=KEY) as model:
+        env = _env(tmp_path, model.base_url)
+        env_file = tmp_path / "gantry.env"
+        env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items() if k != "PATH"))
+        out = {}
+        for mode in (0o644, 0o640, 0o600):
+            env_file.chmod(mode)
+            result = _check({"PATH": env["PATH"]}, "--env-file", str(env_file))
+            assert result.returncode == 0, result.stdout
+            out[mode] = result.stdout
+    world, group, owner = (_line(out[m], "env file") for m in (0o644, 0o640, 0o600))
+    assert world.startswith("warn")
+    assert f"{env_file} is readable by group and others (mode 0644)" in world
+    assert f"→ chmod 600 {env_file}" in out[0o644]
+    assert group.startswith("warn") and "readable by group (mode 0640)" in group
+    assert owner.startswith("ok") and "(mode 0600)" in owner
+    assert "chmod" not in out[0o600]

@@ -10,7 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gantry.cron.schedule import Schedule, ScheduleError, next_fire, parse, resolve_local
+from gantry.cron.schedule import (
+    LATEST,
+    Schedule,
+    ScheduleError,
+    describe,
+    next_fire,
+    parse,
+    resolve_local,
+)
 
 LA = ZoneInfo("America/Los_Angeles")
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -92,6 +100,41 @@ def test_one_shot_forms() -> None:
 def test_errors_say_how_to_fix(when: str, repeat: bool, match: str) -> None:
     with pytest.raises(ScheduleError, match=match):
         parse(when, repeat, NOW, LA)
+
+
+@pytest.mark.parametrize(
+    ("when", "repeat", "tz", "match"),
+    [
+        ("in 99999999999 days", False, LA, "too far in the future: the latest time a job"),
+        ("in 500000 weeks", False, LA, "too far in the future"),
+        ("in 1" + "0" * 5000 + " minutes", False, LA, "chars; a time or schedule fits in"),
+        ("every 99999999999999 minutes", True, LA, "too long an interval"),
+        ("every 99999999 hours", True, LA, "too long an interval"),
+        ("9999-12-31T23:59:59Z", False, LA, "too far in the future"),
+        ("9999-12-31T23:59", False, LA, "outside the dates a job can run at"),  # UTC: year 10000
+        ("0001-01-01T00:00", False, BERLIN, "outside the dates a job can run at"),  # UTC: year 0
+        ("0001-01-01T00:00Z", False, LA, "outside the dates a job can run at"),
+    ],
+)
+def test_huge_counts_and_far_dates_are_schedule_errors(
+    when: str, repeat: bool, tz: ZoneInfo, match: str
+) -> None:
+    with pytest.raises(ScheduleError, match=match):
+        parse(when, repeat, NOW, tz)
+
+
+def test_a_schedule_whose_next_fire_is_past_the_calendar_is_over() -> None:
+    hourly = Schedule("every", "3600", "every hour")
+    assert next_fire(hourly, z("9999-12-29T23:30Z"), UTC, z("2026-01-01T00:00Z")) == z(
+        "9999-12-30T00:00Z")
+    assert next_fire(hourly, z("9999-12-30T00:00Z"), UTC, z("2026-01-01T00:00Z")) is None
+    huge = Schedule("every", str(10**15), "every ages")  # a row written before the bound
+    assert next_fire(huge, NOW, UTC, NOW - timedelta(seconds=1)) is None
+    leap = Schedule("cron", "0 0 29 2 *", "29 February")  # the next leap day is in 10000
+    assert next_fire(leap, z("9996-03-01T00:00Z"), BERLIN) is None
+    assert next_fire(Schedule("cron", "* * * * *", ""), z("9999-12-31T12:00Z"), LA) is None
+    with pytest.raises(ScheduleError, match="never fires"):
+        parse("0 0 29 2 *", True, z("9996-03-01T00:00Z"), BERLIN)
 
 
 # ----------------------------------------------------------------------------- DST days
@@ -236,3 +279,52 @@ def test_at_time_is_the_next_such_wall_time(
     local = at.astimezone(tz)
     if _exists(local.date(), hour, minute, tz):
         assert (local.hour, local.minute) == (hour, minute)
+
+
+# Parsing and next-fire are total: any text at any instant is a Schedule or a ScheduleError,
+# and a Schedule's next fire is an instant up to LATEST (describable in its zone) or None.
+_BIG = st.integers(0, 10**22).map(str)
+_UNIT = st.sampled_from(["seconds", "minutes", "hours", "days", "weeks", "m", "h", "d", "w"])
+_CRON_FIELD = st.one_of(
+    st.sampled_from(["*", "*/7", "1-5", "L", "1#5", "5L", "?", "0,30", "29", "31", "2"]),
+    _BIG,
+)
+_WHEN = st.one_of(
+    st.text(max_size=40),
+    st.builds(lambda n, u: f"in {n} {u}", _BIG, _UNIT),
+    st.builds(lambda n, u: f"every {n} {u}", _BIG, _UNIT),
+    st.builds(" ".join, st.lists(_CRON_FIELD, min_size=5, max_size=5)),
+    st.datetimes(timezones=st.none() | st.just(UTC)).map(datetime.isoformat),
+    st.builds(lambda h, m: f"every day at {h}:{m:02d}", st.integers(0, 30), st.integers(0, 70)),
+)
+_ANY_INSTANT = st.datetimes(datetime(1, 1, 2), datetime(9999, 12, 30), timezones=st.just(UTC))
+
+
+@settings(max_examples=400, deadline=None)
+@given(when=_WHEN, repeat=st.booleans(), zone=st.sampled_from(ZONES), now=_ANY_INSTANT)
+def test_parse_and_first_fire_are_total(when: str, repeat: bool, zone: str, now: datetime) -> None:
+    tz = ZoneInfo(zone)
+    try:
+        sched = parse(when, repeat, now, tz)
+    except ScheduleError as exc:
+        assert str(exc)
+        return
+    first = sched.first(now, tz)
+    if first is not None:
+        assert now < first <= LATEST
+        assert describe(first, tz)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    step=st.integers(60, 10**18), zone=st.sampled_from(ZONES), after=_ANY_INSTANT,
+    back=st.integers(0, 10**12), expr=st.sampled_from(
+        ["* * * * *", "0 0 29 2 *", "0 0 L 2 *", "0 9 * * 1#5", "30 2 * * *", "0 0 1 1 *"]),
+)
+def test_next_fire_is_total(step: int, zone: str, after: datetime, back: int, expr: str) -> None:
+    tz = ZoneInfo(zone)
+    anchor = after - timedelta(seconds=min(back, (after - datetime(1, 1, 2, tzinfo=UTC))
+                                           .total_seconds()))
+    for sched in (Schedule("every", str(step), ""), Schedule("cron", expr, "")):
+        nxt = next_fire(sched, after, tz, anchor)
+        assert nxt is None or after < nxt <= LATEST

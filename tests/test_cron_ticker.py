@@ -21,12 +21,13 @@ from gantry.agent import Agent
 from gantry.channel.base import Inbound, Progress
 from gantry.config import Config
 from gantry.cron import Cron, setup, ticker
+from gantry.cron.store import NOTICE_AFTER
 from gantry.cron.ticker import MAX_TURN_ATTEMPTS
 from gantry.provider import Provider, RetryPolicy
 from gantry.runtime import Turns
 from gantry.session import SessionStore
 from gantry.tools import CALLER, Registry
-from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
+from tests.fakes.openai import Call, FakeOpenAI, HTTPError, Reply, ToolCalls
 
 pytestmark = pytest.mark.anyio
 
@@ -476,3 +477,113 @@ async def test_daily_job_across_spring_forward_fires_once_a_day(
     assert [f - start for f in fired] == [10.5 * 3600, 34 * 3600, 57.5 * 3600]  # 10:30Z,
     # then 10:00Z (03:00 PDT: the first instant after the gap), then 09:30Z (02:30 PDT)
     assert rig.rows("SELECT count(*) FROM cron_run WHERE state = 'delivered'") == [(3,)]
+
+
+async def fire(rig: Rig, runs: int) -> None:
+    """Move to the job's next fire and wait until `runs` runs have finished."""
+    next_at = rig.rows("SELECT next_at FROM cron_job")[0][0]
+    rig.clock.advance(next_at - rig.clock.now())
+    await until(lambda: rig.rows("SELECT count(*) FROM cron_run WHERE state NOT IN "
+                                 "('started', 'replied')")[0][0] == runs, f"run {runs}")
+    await until(lambda: not rig.rows("SELECT 1 FROM cron_run WHERE notice_state = 'pending'"),
+                "notices out")
+
+
+async def test_failed_model_call_is_recorded_not_pushed_and_a_streak_earns_one_notice(
+    make: Callable[..., Awaitable[Rig]], fake: FakeOpenAI
+) -> None:
+    assert NOTICE_AFTER == 3
+    rig = await make()
+    await schedule(rig, when="every 10 minutes", prompt="check the queue")
+    down = HTTPError(503, "upstream overloaded at internal-host-7 for key sk-test")
+    fake.push(down, down, down, down, Reply("The queue has 3 items."), down, down, down)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rig.cron.run)
+        await fire(rig, 1)
+        assert rig.channel.pushes == []  # no "Please try again in a moment." for nobody
+        await fire(rig, 2)
+        assert rig.channel.pushes == []
+        await fire(rig, 3)
+        assert len(rig.channel.pushes) == 1  # the third failure in a row: one notice
+        await fire(rig, 4)
+        assert len(rig.channel.pushes) == 1  # the same streak: no second notice
+        await fire(rig, 5)  # a success ends the streak
+        await fire(rig, 6)
+        await fire(rig, 7)
+        await fire(rig, 8)  # a new streak of three: its own notice
+        tg.cancel_scope.cancel()
+    runs = rig.rows("SELECT state, error, notice_state FROM cron_run ORDER BY due_at")
+    failed = ("failed", "model call failed (HTTP 503)")
+    assert [r[:2] for r in runs] == [failed] * 4 + [("delivered", None)] + [failed] * 3
+    assert [r[2] for r in runs] == [None, None, "sent", None, None, None, None, "sent"]
+    texts = [text for _, text in rig.channel.pushes]
+    assert texts[1] == "The queue has 3 items."
+    assert len(texts) == 3
+    for notice in (texts[0], texts[2]):  # they differ only in the next run's time
+        assert notice.startswith("Scheduled job #1 every 10 minutes; next 2026-03-05 ")
+        assert "prompt: check the queue" in notice
+        assert "failed 3 times in a row (last: model call failed (HTTP 503))" in notice
+        assert "cancel job #1" in notice
+    everything = " ".join(texts) + repr(runs)
+    assert "sk-test" not in everything and "internal-host-7" not in everything
+    assert "try again in a moment" not in everything
+
+
+async def test_failure_notice_survives_a_restart(
+    make: Callable[..., Awaitable[Rig]], fake: FakeOpenAI
+) -> None:
+    """The notice is stored with the third failure: a process that dies before pushing it
+    pushes it at the next start, once."""
+    rig = await make()
+    rig.channel.fail = [OSError("network down")] * 100
+    await schedule(rig, when="every 10 minutes", prompt="x")
+    fake.push(HTTPError(500), HTTPError(500), HTTPError(500))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rig.cron.run)
+        for n in (1, 2, 3):
+            next_at = rig.rows("SELECT next_at FROM cron_job")[0][0]
+            rig.clock.advance(next_at - rig.clock.now())
+            await until(lambda n=n: rig.rows("SELECT count(*) FROM cron_run WHERE state = "
+                                             "'failed'")[0][0] == n, f"failure {n}")
+        await until(lambda: len(rig.channel.fail) < 100, "the notice push was tried")
+        tg.cancel_scope.cancel()  # killed while the notice push backs off
+    assert rig.channel.pushes == []
+    assert rig.rows("SELECT count(*) FROM cron_run WHERE notice_state = 'pending'") == [(1,)]
+    later = await make(clock=FakeClock(rig.clock.now() + 1))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(later.cron.run)
+        await until(lambda: later.channel.pushes, "the notice after the restart")
+        await until(lambda: later.rows("SELECT 1 FROM cron_run WHERE notice_state = 'sent'"),
+                    "marked sent")
+        tg.cancel_scope.cancel()
+    assert len(later.channel.pushes) == 1
+    assert "failed 3 times in a row (last: model call failed (HTTP 500))" in (
+        later.channel.pushes[0][1])
+
+
+async def test_a_failed_user_turn_still_gets_the_apology(
+    make: Callable[..., Awaitable[Rig]], fake: FakeOpenAI
+) -> None:
+    rig = await make()
+    fake.push(HTTPError(503))
+    assert await rig.say("hello") == "Sorry — the model call failed (HTTP 503). Please try " \
+        "again in a moment."
+
+
+async def test_a_turn_that_breaks_is_recorded_by_its_kind_only(
+    make: Callable[..., Awaitable[Rig]], fake: FakeOpenAI
+) -> None:
+    rig = await make()
+
+    def broken() -> str:
+        raise RuntimeError("persona store at /srv/private/token=abc123 is gone")
+
+    rig.agent.persona = broken
+    await schedule(rig, when="in 1 minute", prompt="x")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rig.cron.run)
+        rig.clock.advance(60)
+        await until(lambda: rig.rows("SELECT 1 FROM cron_run WHERE state = 'failed'"), "failed")
+        tg.cancel_scope.cancel()
+    assert rig.channel.pushes == [] and fake.requests == []
+    assert rig.rows("SELECT error FROM cron_run") == [("turn failed (RuntimeError)",)]

@@ -109,6 +109,26 @@ async def test_bad_calls_are_fixable_errors(
     assert store.active() == []
 
 
+@pytest.mark.parametrize(
+    ("when", "repeat", "match"),
+    [
+        ("in 99999999999 days", False, "too far in the future: the latest time a job can run"),
+        ("every 99999999999999 minutes", True, "too long an interval"),
+        ("0001-01-01T00:00", False, "outside the dates a job can run at"),  # UTC: year 0
+    ],
+)
+async def test_overflowing_schedules_are_fixable_errors_not_tool_failures(
+    reg: Rig, caplog: pytest.LogCaptureFixture, when: str, repeat: bool, match: str
+) -> None:
+    registry, store, _ = reg
+    text, err = await call(registry, "stdio:local", "cron_schedule", when=when, prompt="x",
+                           repeat=repeat)
+    assert err and match in text, text
+    assert "the tool failed" not in text
+    assert not [r for r in caplog.records if r.exc_info]  # no traceback logged
+    assert store.active() == []
+
+
 async def test_chats_the_channel_cannot_push_to_are_refused(tmp_path: Path) -> None:
     store = CronStore(db.connect(tmp_path / "g.db"))
     tools = CronTools(store, "UTC", 3, lambda: NOW, can_push=lambda chat: chat == "42")

@@ -44,6 +44,56 @@ def test_init_writes_every_file_then_skips_them(tmp_path: Path) -> None:
     assert os.stat(tmp_path / ".env").st_mode & 0o077 == 0  # it will hold secrets
 
 
+@pytest.mark.parametrize("name", ["etc/gantry/gantry.env", "gantry.env", "secrets", ".env.prod"])
+@pytest.mark.parametrize("umask", [0o022, 0o000, 0o277], ids=oct)
+def test_init_writes_any_env_file_owner_only(tmp_path: Path, name: str, umask: int) -> None:
+    """The README's systemd quick start: `--env-file /etc/gantry/gantry.env`, then the keys."""
+    env_file = tmp_path / name
+    result = _init_env(tmp_path, env_file, umask)
+    assert result.returncode == 0, result.stderr
+    assert f"wrote {env_file}" in result.stdout.splitlines()
+    assert os.stat(env_file).st_mode & 0o777 == 0o600
+    assert env_file.read_text() == scaffold.env_template()
+    manifest = os.stat(tmp_path / "mcp.toml").st_mode & 0o777
+    assert manifest == 0o644 & ~umask  # the files without secrets keep the umask
+
+
+def test_env_file_is_created_owner_only_in_the_create_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No window: the mode is given to open(O_CREAT | O_EXCL), not set by a later chmod."""
+    seen: list[tuple[int, int]] = []
+    real_open = os.open
+
+    def recording_open(path: str, flags: int, mode: int = 0o777) -> int:
+        seen.append((flags, mode))
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(os, "open", recording_open)
+    assert scaffold.write(scaffold.Target(str(tmp_path / "gantry.env"), "K=v\n", secret=True))
+    (flags, mode), = seen
+    assert flags & os.O_EXCL and flags & os.O_CREAT and mode == 0o600
+
+
+def test_init_never_writes_through_a_symlink(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere.env"
+    link = tmp_path / "gantry.env"
+    link.symlink_to(elsewhere)  # dangling: following it would create `elsewhere`
+    result = _init_env(tmp_path, link)
+    assert result.returncode == 0, result.stderr
+    assert f"skip (exists) {link}" in result.stdout.splitlines()
+    assert not elsewhere.exists() and link.is_symlink()
+
+
+def _init_env(tmp_path: Path, env_file: Path, umask: int = 0o022
+              ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gantry", "init", "--persona-dir", str(tmp_path / "persona"),
+         "--manifest", str(tmp_path / "mcp.toml"), "--env-file", str(env_file)],
+        capture_output=True, text=True, timeout=60, umask=umask,
+    )
+
+
 def test_init_names_a_directory_it_cannot_write(tmp_path: Path) -> None:
     locked = tmp_path / "locked"
     locked.mkdir()

@@ -19,6 +19,16 @@ class TurnAborted(Exception):
     """A turn cancelled at shutdown: the channel leaves the message pending, replies nothing."""
 
 
+class TurnFailed(Exception):
+    """A scheduled turn (`Inbound.scheduled`) that produced no answer. `reason` names the
+    failure without secrets, for the record; `reply` is what a user who asked would read."""
+
+    def __init__(self, reason: str, reply: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.reply = reply
+
+
 class Inbound(msgspec.Struct, frozen=True):
     """One user message as the agent sees it."""
 
@@ -30,6 +40,9 @@ class Inbound(msgspec.Struct, frozen=True):
     group: bool = False
     """Sent in a chat others can read (a Telegram group): the agent recalls no long-term
     memory into the reply, since everyone in the chat would read what it recalled."""
+    scheduled: bool = False
+    """Sent by the scheduler, not a person: a failed turn raises TurnFailed instead of
+    answering with an apology, which would be pushed to a user who asked nothing."""
 
     @property
     def session_id(self) -> str:

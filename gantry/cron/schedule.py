@@ -11,6 +11,10 @@ a wall time that does not exist (spring forward) fires at the first instant afte
 wildcard, and "every N minutes/hours", follow elapsed time instead. Cron expressions are
 evaluated by cronsim, which implements this (Debian cron's behaviour); the simple forms are
 translated to cron expressions, never evaluated by hand.
+
+Range: datetimes end at 9999-12-31, so every computation is bounded by LATEST. A `when`
+beyond it (a huge count, a far date) is a ScheduleError; a schedule whose next fire would lie
+beyond it is over (next_fire returns None). No input reaches the caller as OverflowError.
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ from cronsim import CronSim, CronSimError
 
 MIN_INTERVAL = 60  # seconds: "every N minutes" below a minute is refused
 MAX_LOOKAHEAD = 400  # cron iterations tried while looking for a strictly later instant
+# The last instant a job may fire: a day short of datetime.max, so its wall time exists in
+# every zone (offsets stay within ±26 h) and describing it can never overflow.
+LATEST = datetime(9999, 12, 30, tzinfo=UTC)
+_END = f"{LATEST:%Y-%m-%d}"
+MAX_WHEN_CHARS = 200  # longer is no schedule (and keeps int() off 4300-digit numbers)
 
 UNITS = {
     "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
@@ -70,6 +79,13 @@ def _utc(dt: datetime) -> datetime:
     return dt.astimezone(UTC)
 
 
+def later(base: datetime, seconds: int) -> datetime | None:
+    """`base` plus `seconds`, or None when that lies past LATEST (however large the count)."""
+    if seconds > (LATEST - base).total_seconds():
+        return None
+    return base + timedelta(seconds=seconds)
+
+
 def resolve_local(naive: datetime, tz: tzinfo) -> datetime:
     """A wall time in `tz` as a UTC instant, with the DST policy in the module docstring."""
     local = naive.replace(tzinfo=tz, fold=0)
@@ -97,12 +113,16 @@ def next_fire(
         if base > after:
             return base
         k = int((after - base).total_seconds() // step) + 1
-        return base + timedelta(seconds=k * step)
+        return later(base, k * step)
+    if after >= LATEST:
+        return None
     it = CronSim(schedule.spec, after.astimezone(tz))
     for _ in range(MAX_LOOKAHEAD):
         try:
             cand = _utc(next(it))
-        except StopIteration:
+        except (StopIteration, OverflowError):  # cronsim walked past year 9999
+            return None
+        if cand > LATEST:
             return None
         if cand > after:  # a local-time iteration can land before `after` in a fall-back fold
             return cand
@@ -156,13 +176,22 @@ def _check_cron(expr: str, tz: tzinfo, now: datetime) -> None:
             "'minute hour day-of-month month day-of-week', e.g. '30 7 * * 1-5'"
         ) from None
     try:
-        next(it)
-    except (StopIteration, CronSimError, ValueError):
+        first = next(it)
+    except (StopIteration, CronSimError, ValueError, OverflowError):
         raise ScheduleError(f"cron expression {expr!r} never fires") from None
+    if first > LATEST:
+        raise ScheduleError(f"cron expression {expr!r} never fires before {_END}")
 
 
 def _fmt_hm(h: int, m: int) -> str:
     return f"{h:02d}:{m:02d}"
+
+
+def _too_far(raw: str) -> ScheduleError:
+    return ScheduleError(
+        f"{raw!r} is too far in the future: the latest time a job can run is {_END}; give a "
+        "nearer time"
+    )
 
 
 def parse(when: str, repeat: bool, now: datetime, tz: tzinfo) -> Schedule:
@@ -171,9 +200,22 @@ def parse(when: str, repeat: bool, now: datetime, tz: tzinfo) -> Schedule:
     One-shot: an ISO-8601 instant (with offset or Z; naive means `tz`), "in 20 minutes",
     "at 17:00", "tomorrow at 9am". Recurring: a 5-field cron expression, "every day at
     07:30", "every weekday at 9", "every monday and friday at 18:00", "every 2 hours".
-    A one-shot in the past is an error.
+    A one-shot in the past is an error, and so is anything past LATEST.
     """
     raw = " ".join(when.strip().split())
+    if len(raw) > MAX_WHEN_CHARS:
+        raise ScheduleError(
+            f"`when` is {len(raw)} chars; a time or schedule fits in {MAX_WHEN_CHARS}"
+        )
+    try:
+        return _parse(raw, repeat, now, tz)
+    except OverflowError:  # a date at the very ends of the calendar, shifted by a zone
+        raise ScheduleError(
+            f"{raw!r} is outside the dates a job can run at (now until {_END})"
+        ) from None
+
+
+def _parse(raw: str, repeat: bool, now: datetime, tz: tzinfo) -> Schedule:
     text = raw.lower()
     if not text:
         raise ScheduleError("`when` is empty; e.g. 'in 20 minutes' or '2026-12-01T09:00'")
@@ -194,6 +236,11 @@ def parse(when: str, repeat: bool, now: datetime, tz: tzinfo) -> Schedule:
             )
         if step < MIN_INTERVAL:
             raise ScheduleError(f"{raw!r} is too frequent; the shortest interval is 1 minute")
+        if later(now, step) is None:
+            raise ScheduleError(
+                f"{raw!r} is too long an interval: its first run would be after {_END}; for "
+                "rare jobs use a cron expression such as '0 9 1 1 *' (every 1 January)"
+            )
         label = f"every {n} {unit}" if m.group("n") else f"every {unit}"
         return Schedule("every", str(step), label)
     if text in ("hourly",):
@@ -226,6 +273,8 @@ def parse(when: str, repeat: bool, now: datetime, tz: tzinfo) -> Schedule:
             f"{raw!r} is a single instant but repeat is true; for a recurring job use "
             "'every day at 07:30', 'every 2 hours' or a cron expression"
         )
+    if once > LATEST:
+        raise _too_far(raw)
     if once <= now:
         shown = once.astimezone(tz).strftime("%Y-%m-%d %H:%M:%S %Z")
         current = now.astimezone(tz).strftime("%Y-%m-%d %H:%M:%S %Z")
@@ -239,7 +288,10 @@ def _parse_once(raw: str, text: str, now: datetime, tz: tzinfo) -> datetime | No
     if m := RE_IN.fullmatch(text):
         n_text = m.group("n")
         n = 1 if n_text in ("a", "an", "one") else int(n_text)
-        return now + timedelta(seconds=n * UNITS[m.group("unit")])
+        at = later(now, n * UNITS[m.group("unit")])
+        if at is None:
+            raise _too_far(raw)
+        return at
     if m := RE_AT.fullmatch(text):
         if m.group("h") is None and not m.group("time").endswith(("noon", "midnight")):
             return None

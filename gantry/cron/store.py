@@ -8,14 +8,16 @@ at any point neither loses a fire nor runs it twice.
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import msgspec
 
 ACTIVE = "active"
 OPEN_RUN_STATES = ("started", "replied")
 PRUNE_AFTER = 30 * 86400
+NOTICE_AFTER = 3  # failed runs in a row before the user is told, once per streak
 
 
 class Job(msgspec.Struct):
@@ -43,6 +45,15 @@ class Run(msgspec.Struct):
     session_id: str
     prompt: str
     label: str
+
+
+class Notice(msgspec.Struct):
+    """The one message a failure streak earns: pushed to the job's chat, then marked sent."""
+
+    run_id: int
+    job_id: int
+    session_id: str
+    text: str
 
 
 class CapReached(Exception):
@@ -238,12 +249,56 @@ class CronStore:
         with self.conn:  # type: ignore[attr-defined]
             self._rows(sql + "WHERE id = ?", (parts, now if parts >= total else None, run_id))
 
-    def fail(self, run_id: int, error: str, now: float | None = None) -> None:
+    def fail(
+        self, run_id: int, error: str, now: float | None = None,
+        notice: Callable[[Job, int, str], str] | None = None,
+    ) -> Notice | None:
+        """Record a run as failed. If that makes its job's NOTICE_AFTER-th failure in a row
+        (delivered or silent runs end a streak; skipped and missed ones do not count), the
+        notice `notice(job, streak, error)` is stored pending in the same transaction and
+        returned for the caller to push."""
         now = time.time() if now is None else now
         with self.conn:  # type: ignore[attr-defined]
             self._rows(
                 "UPDATE cron_run SET state = 'failed', error = ?, finished_at = ? WHERE id = ?",
                 (error[:500], now, run_id),
+            )
+            if notice is None:
+                return None
+            rows = self._rows(
+                "SELECT r.state FROM cron_run r JOIN cron_run f ON f.job_id = r.job_id "
+                "WHERE f.id = ? AND r.state IN ('delivered', 'silent', 'failed') "
+                "ORDER BY r.due_at DESC LIMIT ?",
+                (run_id, NOTICE_AFTER + 1),
+            )
+            streak = len(list(itertools.takewhile(lambda r: r[0] == "failed", rows)))
+            if streak != NOTICE_AFTER:  # none yet, or longer: this streak had its notice
+                return None
+            job_id = int(self._rows("SELECT job_id FROM cron_run WHERE id = ?", (run_id,))[0][0])  # type: ignore[call-overload]
+            job = self.get(job_id)
+            assert job is not None
+            text = notice(job, NOTICE_AFTER, error)
+            self._rows(
+                "UPDATE cron_run SET notice = ?, notice_state = 'pending' WHERE id = ?",
+                (text, run_id),
+            )
+        return Notice(run_id, job_id, job.session_id, text)
+
+    def notices(self, channel: str) -> list[Notice]:
+        """Failure notices of `channel` still pending (a restart cut their push)."""
+        rows = self._rows(
+            "SELECT r.id, r.job_id, j.session_id, r.notice FROM cron_run r "
+            "JOIN cron_job j ON j.id = r.job_id WHERE r.notice_state = 'pending' "
+            "AND substr(j.session_id, 1, ?) = ? ORDER BY r.id",
+            (len(channel) + 1, channel + ":"),
+        )
+        return [Notice(int(r[0]), int(r[1]), str(r[2]), str(r[3])) for r in rows]  # type: ignore[call-overload]
+
+    def notice_done(self, run_id: int, sent: bool) -> None:
+        with self.conn:  # type: ignore[attr-defined]
+            self._rows(
+                "UPDATE cron_run SET notice_state = ? WHERE id = ?",
+                ("sent" if sent else "failed", run_id),
             )
 
     def run_state(self, run_id: int) -> str:
@@ -255,6 +310,7 @@ class CronStore:
         with self.conn:  # type: ignore[attr-defined]
             self._rows(
                 "DELETE FROM cron_run WHERE state NOT IN ('started', 'replied') "
+                "AND coalesce(notice_state, '') != 'pending' "
                 "AND coalesce(finished_at, started_at) < ?",
                 (cutoff,),
             )

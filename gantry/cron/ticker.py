@@ -4,7 +4,8 @@ It wakes every CRON_TICK_SECONDS (sooner when a job is due sooner). Each due job
 in SQLite before its turn starts (gantry.cron.store), so restarts resume runs instead of
 losing or repeating them. A job whose previous run is still in flight is skipped, and a fire
 later than the grace window (gantry was down, the machine slept) is recorded as missed and
-the job moves to its next occurrence.
+the job moves to its next occurrence. A turn that fails is recorded failed and pushes
+nothing; NOTICE_AFTER failures of one job in a row push one notice naming the job.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from zoneinfo import ZoneInfo
 
 import anyio
 
-from gantry.channel.base import Inbound, TurnAborted
+from gantry.channel.base import Inbound, Progress, TurnAborted, TurnFailed
 from gantry.cron.schedule import next_fire
-from gantry.cron.store import OPEN_RUN_STATES, CronStore, Job, Run
-from gantry.cron.tools import schedule_of
+from gantry.cron.store import OPEN_RUN_STATES, CronStore, Job, Notice, Run
+from gantry.cron.tools import job_line, schedule_of
 
 log = logging.getLogger("gantry.cron")
 
@@ -68,6 +69,17 @@ def synthetic_text(run: Run) -> str:
     )
 
 
+def failure_notice(job: Job, streak: int, reason: str) -> str:
+    """What the user reads after a failure streak: which job, why, and what happens next."""
+    going = ("it stays scheduled and tries again at its next run"
+             if job.state == "active" and job.next_at is not None else "it has no more runs")
+    return (
+        f"Scheduled job {job_line(job)}\n"
+        f"It failed {streak} times in a row (last: {reason}); {going}. You will not be told "
+        f"again until it has worked once. To stop it, ask me to cancel job #{job.id}."
+    )
+
+
 @dataclass
 class Ticker:
     store: CronStore
@@ -99,6 +111,8 @@ class Ticker:
                     log.info("resuming an interrupted cron run",
                              extra={"job": run.job_id, "run": run.id, "state": run.state})
                     self._start(run)
+                for notice in self.store.notices(self.channel):
+                    tg.start_soon(self._notify, notice)
             except Exception:
                 log.exception("cron: resuming runs failed")
             while True:
@@ -178,15 +192,20 @@ class Ticker:
                 if self.store.attempt(run.id) > MAX_TURN_ATTEMPTS:
                     log.error("cron run interrupted too often; marked failed",
                               extra={"job": run.job_id, "run": run.id})
-                    self.store.fail(run.id, f"turn interrupted {MAX_TURN_ATTEMPTS} times")
+                    self._fail(run, f"turn interrupted {MAX_TURN_ATTEMPTS} times")
                     return
                 chat = run.session_id.split(":", 1)[1]
                 msg = Inbound(channel=self.channel, chat_id=chat, user_id=USER_ID,
-                              text=synthetic_text(run))
+                              text=synthetic_text(run), scheduled=True)
                 try:
                     reply = await self.respond(msg, None)
                 except TurnAborted:
                     return  # shutdown before or during the turn: resumed at the next start
+                except TurnFailed as exc:  # nobody asked: nothing to apologise to
+                    log.warning("cron turn failed; nothing pushed",
+                                extra={"job": run.job_id, "run": run.id, "error": exc.reason})
+                    self._fail(run, exc.reason)
+                    return
                 silent = is_silent(reply)
                 self.store.set_reply(run.id, reply, silent, self.clock.now())
                 if silent:
@@ -198,11 +217,27 @@ class Ticker:
         except Exception as exc:
             log.exception("cron run failed", extra={"job": run.job_id, "run": run.id})
             try:
-                self.store.fail(run.id, f"{type(exc).__name__}: {exc}")
+                self._fail(run, f"internal error ({type(exc).__name__})")
             except Exception:
                 log.exception("cron: could not record the failure")
         finally:
             self.running.discard(run.job_id)
+
+    def _fail(self, run: Run, reason: str) -> None:
+        """Record the run failed; a failure that completes a streak sends its notice."""
+        notice = self.store.fail(run.id, reason, self.clock.now(), notice=failure_notice)
+        if notice is not None:
+            log.warning("cron job failed repeatedly; notifying the chat",
+                        extra={"job": run.job_id, "run": run.id})
+            self._tg.start_soon(self._notify, notice)  # not under the job's in-flight mark
+
+    async def _notify(self, notice: Notice) -> None:
+        chat = notice.session_id.split(":", 1)[1]
+        why = await self._push(chat, notice.text, lambda: 0, None, lambda: True, notice.job_id)
+        if why is not None:
+            log.error("cron failure notice could not be pushed",
+                      extra={"job": notice.job_id, "error": why})
+        self.store.notice_done(notice.run_id, sent=why is None)
 
     async def _deliver(self, run: Run) -> None:
         assert run.reply is not None
@@ -212,26 +247,41 @@ class Ticker:
             run.sent_parts = done
             self.store.mark_sent(run.id, done, total, self.clock.now())
 
+        def delivered() -> bool:
+            return self.store.run_state(run.id) == "delivered"
+
+        why = await self._push(chat, run.reply, lambda: run.sent_parts, progress, delivered,
+                               run.job_id)
+        if why is None:
+            log.info("cron reply pushed", extra={"job": run.job_id, "run": run.id})
+            return
+        log.error("cron reply could not be pushed; marked failed",
+                  extra={"job": run.job_id, "run": run.id, "error": why})
+        self._fail(run, why)
+
+    async def _push(
+        self, chat: str, text: str, sent: Callable[[], int], progress: Progress | None,
+        done: Callable[[], bool], job_id: int,
+    ) -> str | None:
+        """Push with backoff until `done()`; None when out, else why it was given up (a
+        refused chat at once, anything else after DELIVERY_ATTEMPTS tries). Each try starts
+        at part `sent()`, so parts already out are not sent again."""
         delay = 1.0
         for attempt in range(1, DELIVERY_ATTEMPTS + 1):
             try:
                 with anyio.CancelScope(shield=True) as grace:
                     grace.deadline = anyio.current_time() + DELIVERY_GRACE
-                    await self.push(chat, run.reply, sent=run.sent_parts, progress=progress)
-                if self.store.run_state(run.id) == "delivered":
-                    log.info("cron reply pushed", extra={"job": run.job_id, "run": run.id})
-                    return
+                    await self.push(chat, text, sent=sent(), progress=progress)
+                if done():
+                    return None
             except PermissionError as exc:
-                log.error("cron reply cannot be pushed to this chat",
-                          extra={"job": run.job_id, "error": str(exc)})
-                self.store.fail(run.id, str(exc))
-                return
+                log.error("cron push refused for this chat",
+                          extra={"job": job_id, "error": str(exc)})
+                return str(exc)
             except Exception as exc:
                 log.warning("cron push failed; will retry",
-                            extra={"job": run.job_id, "attempt": attempt, "error": str(exc)})
+                            extra={"job": job_id, "attempt": attempt, "error": str(exc)})
             if attempt < DELIVERY_ATTEMPTS:
                 await self.clock.sleep(delay)
                 delay = min(60.0, delay * 2)
-        log.error("cron reply could not be pushed; marked failed",
-                  extra={"job": run.job_id, "run": run.id})
-        self.store.fail(run.id, f"push failed {DELIVERY_ATTEMPTS} times")
+        return f"push failed {DELIVERY_ATTEMPTS} times"
