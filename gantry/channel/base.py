@@ -29,7 +29,8 @@ class Inbound(msgspec.Struct, frozen=True):
     message_id: str = ""
     group: bool = False
     """Sent in a chat others can read (a Telegram group): the agent recalls no long-term
-    memory into the reply, since everyone in the chat would read what it recalled."""
+    memory into the reply and neither offers nor runs the memory tools, since everyone in
+    the chat would read what they recalled."""
 
     @property
     def session_id(self) -> str:
