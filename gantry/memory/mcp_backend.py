@@ -164,7 +164,7 @@ def read_records(text: str) -> Records:
 
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's limit
         data = [line for line in text.splitlines() if line.strip()]
     if isinstance(data, dict) and "error" in data:
         raise MemoryInputError(f"the memory server failed: {str(data['error'])[:300]}")
