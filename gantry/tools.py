@@ -135,7 +135,7 @@ class Registry:
             return self._error(
                 name,
                 f"{name} is not available in this chat: others read the replies here, and it "
-                "works on the owner's private memory. Answer without it.",
+                "reads or changes the owner's private data (memory). Answer without it.",
             )
         try:
             args = json.loads(arguments) if arguments.strip() else {}
