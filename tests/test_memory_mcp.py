@@ -342,3 +342,35 @@ def test_aigpt_parsing_and_ranking_never_crash(text: str) -> None:
         rows = []
     rank_local([*rows, Row("1", "fact", "", "tea")], text, 5)
     rank_local(rows, text, 5, every=True)
+
+
+class ListAigpt:
+    """aigpt's storage semantics in process: read_memory lists records, compress replaces."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = list(texts)
+
+    def tool_names(self) -> list[str]:
+        return ["save_memory", "read_memory", "compress"]
+
+    def instructions(self) -> str:
+        return ""
+
+    async def call(self, tool: str, args: dict[str, Any]) -> tuple[str, bool]:
+        if tool == "compress":
+            self.texts = [str(t) for t in args["items"]]
+            return '{"success": true}', False
+        records = [{"uri": f"at://did:plc:x/ai.syui.gpt.memory/{i:013d}",
+                    "value": {"content": {"text": t}}} for i, t in enumerate(self.texts)]
+        return json.dumps(records), False
+
+
+@given(st.lists(st.text(max_size=40), min_size=2, max_size=6), st.data())
+def test_aigpt_forget_by_id_keeps_the_rest_exactly(texts: list[str], data: Any) -> None:
+    import anyio
+
+    port = ListAigpt(texts)
+    victim = data.draw(st.integers(0, len(texts) - 1))
+    deleted, _ = anyio.run(AigptMemory(port, "x").forget, f"{victim:013d}", None)
+    assert len(deleted) == 1
+    assert port.texts == texts[:victim] + texts[victim + 1:]
