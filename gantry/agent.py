@@ -198,7 +198,7 @@ class Agent:
                 return self.status(msg.session_id)
             if command in ("/help", "/start"):
                 return HELP
-            return await self._turn(msg.session_id, msg.text, stream, recall=not msg.group)
+            return await self._turn(msg.session_id, msg.text, stream, shared=msg.group)
         except TurnFailed as exc:
             if msg.scheduled:
                 raise
@@ -246,9 +246,10 @@ class Agent:
     # ------------------------------------------------------------------ the turn
 
     async def _turn(
-        self, session_id: str, text: str, stream: ReplyStream | None, *, recall: bool = True
+        self, session_id: str, text: str, stream: ReplyStream | None, *, shared: bool = False
     ) -> str:
-        """One turn; `recall=False` (a group chat) leaves long-term memory out of the prompt."""
+        """One turn; `shared` (a group chat, read by others) leaves long-term memory out of
+        the prompt and its tools out of the offer, and refuses them if called anyway."""
         from gantry.provider import ProviderError
 
         started = time.monotonic()
@@ -262,7 +263,7 @@ class Agent:
         history = ordered_results(history)
         summary = self.sessions.summary(session_id)
         try:
-            memory = await self.memory_block(session_id, text) if recall else ""
+            memory = "" if shared else await self.memory_block(session_id, text)
         except Exception:
             log.exception("memory hydration failed; continuing without it")
             memory = ""
@@ -272,7 +273,7 @@ class Agent:
         used: list[str] = []
         try:
             if pending:  # a kill -9 cut the last recorded round: finish only what did not
-                results = await self._run_calls(session_id, pending)
+                results = await self._run_calls(session_id, pending, shared)
                 history = ordered_results([*history, *results])
                 used += [c.function.name for c in pending]
             while True:
@@ -286,7 +287,7 @@ class Agent:
                     memory_block=memory,
                     summary=summary,
                 )
-                schemas = None if capped else self._offer(session_id, texts)
+                schemas = None if capped else self._offer(session_id, texts, shared)
                 completion = await self._call(prompt.messages, schemas, stream)
                 if capped or not completion.tool_calls:
                     final = completion.text.strip() or "(the model returned an empty reply)"
@@ -296,7 +297,7 @@ class Agent:
                 # Recorded before the calls run, each result as it completes: a restart
                 # resumes this round and re-runs no finished call.
                 self.sessions.append(session_id, [asked])
-                results = await self._run_calls(session_id, completion.tool_calls)
+                results = await self._run_calls(session_id, completion.tool_calls, shared)
                 history += [asked, *results]
                 used += [c.function.name for c in completion.tool_calls]
                 if self.router is not None:
@@ -327,17 +328,21 @@ class Agent:
         self.request_fold(session_id)  # after the reply, in the background: never delays it
         return final
 
-    def _offer(self, session_id: str, texts: list[str]) -> list[ToolDef] | None:
-        """The tools for the next model call: every one, or the routed few for big catalogs."""
+    def _offer(self, session_id: str, texts: list[str], shared: bool) -> list[ToolDef] | None:
+        """The tools for the next model call: every one, or the routed few for big catalogs
+        (never the private ones in a shared chat)."""
         if self.router is None:
-            return self.tools.schemas() or None
-        return self.tools.schemas(self.router.offer(session_id, texts).names) or None
+            return self.tools.schemas(shared=shared) or None
+        names = self.router.offer(session_id, texts).names
+        return self.tools.schemas(names, shared=shared) or None
 
     def _end_routing(self, session_id: str) -> None:
         if self.router is not None:
             self.router.end_turn(session_id)
 
-    async def _run_calls(self, session_id: str, calls: Sequence[ToolCall]) -> list[Message]:
+    async def _run_calls(
+        self, session_id: str, calls: Sequence[ToolCall], shared: bool
+    ) -> list[Message]:
         """Run one message's tool calls concurrently; results come back in the model's order.
 
         Each result is recorded the moment its call finishes (one row, one transaction).
@@ -345,7 +350,9 @@ class Agent:
         results: list[Message | None] = [None] * len(calls)
 
         async def one(i: int, call: ToolCall) -> None:
-            result = await self.tools.call(call.function.name, call.function.arguments)
+            result = await self.tools.call(
+                call.function.name, call.function.arguments, shared=shared
+            )
             message = ToolMessage(tool_call_id=call.id, content=result.text)
             self.sessions.append(session_id, [message])
             results[i] = message

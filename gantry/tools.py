@@ -35,13 +35,18 @@ class ToolError(Exception):
 
 @dataclass(frozen=True)
 class Tool:
-    """One callable tool. `source` groups tools for bulk (un)registration, e.g. an MCP server."""
+    """One callable tool. `source` groups tools for bulk (un)registration, e.g. an MCP server.
+
+    `private` tools read or change the owner's private data (long-term memory): a turn whose
+    reply others read (a group chat) is neither offered them nor allowed to run them.
+    """
 
     name: str
     description: str
     parameters: dict[str, Any]
     call: ToolFn
     source: str = "builtin"
+    private: bool = False
 
     def schema(self) -> ToolDef:
         return ToolDef(FunctionDef(self.name, self.description or None, self.parameters))
@@ -109,17 +114,29 @@ class Registry:
         for tool in tools:
             self.register(tool)
 
-    def schemas(self, names: Iterable[str] | None = None) -> list[ToolDef]:
-        """Every tool's schema, or only those of `names` (a routed turn's offer)."""
+    def schemas(
+        self, names: Iterable[str] | None = None, *, shared: bool = False
+    ) -> list[ToolDef]:
+        """Every tool's schema, or only those of `names` (a routed turn's offer); `shared`
+        (others read the reply) leaves the private tools out."""
         chosen = sorted(self._tools) if names is None else sorted(set(names) & set(self._tools))
-        return [self._tools[n].schema() for n in chosen]
+        return [self._tools[n].schema() for n in chosen if not (shared and self._tools[n].private)]
 
-    async def call(self, name: str, arguments: str) -> ToolResult:
-        """Run one call; every failure becomes an error result the model can read."""
+    async def call(self, name: str, arguments: str, *, shared: bool = False) -> ToolResult:
+        """Run one call; every failure becomes an error result the model can read. In a
+        `shared` turn a private tool is refused, not run: hiding it is not enough, since a
+        model can call a tool it was not offered."""
         tool = self._tools.get(name)
         if tool is None:
-            known = ", ".join(self.names()[:20]) or "none"
+            offered = [n for n in self.names() if not (shared and self._tools[n].private)]
+            known = ", ".join(offered[:20]) or "none"
             return self._error(name, f"unknown tool {name!r}; available tools: {known}")
+        if shared and tool.private:
+            return self._error(
+                name,
+                f"{name} is not available in this chat: others read the replies here, and it "
+                "reads or changes the owner's private data (memory). Answer without it.",
+            )
         try:
             args = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as exc:

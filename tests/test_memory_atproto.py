@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from gantry.memory.atproto import (
     encode_tid,
     export,
     import_dir,
+    micros_of,
     next_tid,
     tid_for,
     tid_micros,
@@ -120,3 +122,41 @@ def test_bad_did_is_refused(store: MemoryStore, tmp_path: Path, did: str) -> Non
 def test_missing_directory_says_so(store: MemoryStore, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="check DIR and --did"):
         import_dir(store, tmp_path, DID)
+
+
+def test_micros_before_1970_are_exact() -> None:
+    assert micros_of("1969-12-31T23:59:59.5Z") == -500_000
+    assert micros_of("1970-01-01T00:00:00.000001Z") == 1
+
+
+@given(st.datetimes(timezones=st.just(UTC)))
+def test_micros_of_is_exact_for_any_time(dt: datetime) -> None:
+    assert micros_of(dt.isoformat()) == (dt - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(
+        microseconds=1)
+
+
+def test_export_tids_sort_by_time_outside_the_tid_range_too(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    """A TID holds 1970-2255; rows outside clamp to its ends instead of wrapping around, so
+    aigpt still reads them oldest first, and a bad hand-edited date is a clear error."""
+    for when in ("0999-01-01T00:00:00Z", "1969-07-20T20:17:40Z", "2026-03-01T12:00:00Z",
+                 "2300-01-01T00:00:00Z", "9999-12-31T23:59:59.999999Z"):
+        store.add("fact", "era", f"dated {when}", created_at=when)
+    n, root = export(store, tmp_path / "out", DID, "core")
+    files = sorted((root / "ai.syui.gpt.memory").glob("*.json"))
+    created = [json.loads(p.read_text())["value"]["createdAt"] for p in files]
+    assert n == 5 and created == sorted(created)
+    store.conn.execute("UPDATE memory SET created_at = 'now' WHERE id = 3")
+    with pytest.raises(ValueError, match=r"memory #3: created_at 'now' is not a time"):
+        export(store, tmp_path / "again", DID, "core")
+
+
+def test_import_skips_json_nested_too_deep(store: MemoryStore, tmp_path: Path) -> None:
+    mem = tmp_path / "in" / DID / "ai.syui.gpt.memory"
+    mem.mkdir(parents=True)
+    (mem / "deep.json").write_text("[" * 200_000)
+    (mem / "ok.json").write_text(json.dumps({"value": {"content": {"text": "fine"},
+                                                       "createdAt": "2026-03-01T12:00:00Z"}}))
+    result = import_dir(store, tmp_path / "in", DID)
+    assert result.added == 1 and [s.split(":")[0] for s in result.skipped or []] == ["deep.json"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,37 @@ def test_help(cmd: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main([*cmd, "--help"])
     assert exc.value.code == 0 and "usage: gantry" in capsys.readouterr().out
+
+
+def test_import_lists_and_skips_records_dated_outside_the_years_1_to_9999(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A createdAt that is valid RFC 3339 but year 10000 (or 0) in UTC used to stop the
+    import with an OverflowError traceback; now it is listed and skipped, the rest imported,
+    and an episode dated at the very end of 9999 gets an expiry that saturates."""
+    did = "did:plc:dates"
+    mem = tmp_path / "in" / did / "ai.syui.gpt.memory"
+    mem.mkdir(parents=True)
+    dated = {
+        "2a.json": ("(fact) tea: likes sencha", "2026-03-01T12:00:00Z"),
+        "2b.json": ("too late", "9999-12-31T23:30:00-01:00"),
+        "2c.json": ("too early", "0001-01-01T00:30:00+01:00"),
+        "2d.json": ("(episode) gym: last climb of the era", "9999-12-31T00:00:00Z"),
+        "2e.json": ("(fact) rome: founded long ago", "0753-04-21T00:00:00Z"),
+    }
+    for name, (text, created) in dated.items():
+        (mem / name).write_text(json.dumps({"value": {"content": {"text": text},
+                                                      "createdAt": created}}))
+    data = tmp_path / "data"
+    code, out, err = run(capsys, "memory", "import", "--atproto", str(tmp_path / "in"),
+                         "--did", did, "--data-dir", str(data))
+    assert code == 0, err
+    assert "imported 3 memories (0 already present, 2 skipped)" in out
+    skipped = [line for line in err.splitlines() if line.startswith("skipped ")]
+    assert [line.split(":")[0] for line in skipped] == ["skipped 2b.json", "skipped 2c.json"]
+    assert all("outside the years 1-9999" in line for line in skipped), skipped
+    store = MemoryStore(db.connect(data / "gantry.db"))
+    rows = {r.content: r for r in store.rows(include_inactive=True)}
+    assert rows["last climb of the era"].expires_at == "9999-12-31T23:59:59.999999Z"
+    assert rows["founded long ago"].created_at == "0753-04-21T00:00:00.000000Z"  # fixed width
+    store.conn.close()

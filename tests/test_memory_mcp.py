@@ -32,6 +32,7 @@ from gantry.memory.mcp_backend import (
 )
 from gantry.memory.store import MemoryInputError, MemoryStore, Row
 from gantry.memory.tools import memory_tools
+from gantry.tools import Registry
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 ROOT = Path(__file__).parent.parent
@@ -220,6 +221,83 @@ async def shape_b_contract(mem: AigptMemory) -> None:
     assert len(parse_records((await mem.port.call("read_memory", {}))[0])) == 1
 
 
+def record_files(directory: Path) -> dict[str, str]:
+    return {p.name: p.read_text(encoding="utf-8") for p in sorted(directory.glob("*.json"))}
+
+
+def record_texts(directory: Path) -> list[str]:
+    return [json.loads(text)["value"]["content"]["text"]
+            for text in record_files(directory).values()]
+
+
+async def test_aigpt_forget_keeps_every_other_record_byte_for_byte(
+    spawn: Callable[..., Any], tmp_path: Path
+) -> None:
+    """forget rewrites the set with compress; the records it did not delete go back with
+    their text exactly as aigpt held it, not re-rendered as `(fact) : …`."""
+    did = "did:plc:bytes"
+    port = await spawn("-m", "tests.fakes.aigpt", str(tmp_path / "aigpt"), did)
+    mem = detect(port, "aigpt")
+    kept = ["syuiはRustを好む", "  ATProto設計に詳しい\n- and *markdown*  ",
+            "(preference) chris:  drinks  sencha"]
+    for text in [kept[0], "(episode) gym: sent the blue route", *kept[1:]]:
+        await port.call("save_memory", {"content": text})
+    deleted, more = await mem.forget(None, "blue route")
+    assert [r.line() for r in deleted] == ["(episode) gym: sent the blue route"] and more == 0
+    assert record_texts(tmp_path / "aigpt" / did / "ai.syui.gpt.memory") == kept
+
+
+async def test_aigpt_forget_refuses_when_a_record_is_unreadable(
+    spawn: Callable[..., Any], tmp_path: Path
+) -> None:
+    """A record gantry cannot parse would not survive a compress rewrite: forget refuses
+    with a tool error and the server's files are left exactly as they were."""
+    did = "did:plc:unread"
+    port = await spawn("-m", "tests.fakes.aigpt", str(tmp_path / "aigpt"), did)
+    await port.call("save_memory", {"content": "(episode) gym: sent the blue route"})
+    await port.call("save_memory", {"content": "likes tea"})
+    directory = tmp_path / "aigpt" / did / "ai.syui.gpt.memory"
+    image = {"uri": f"at://{did}/ai.syui.gpt.memory/3zzzzzzzzzzzz",
+             "value": {"$type": "ai.syui.gpt.memory", "did": did,
+                       "content": {"$type": "ai.syui.gpt.memory#image", "ref": "bafy"},
+                       "createdAt": "2026-03-01T12:00:00Z"}}
+    (directory / "3zzzzzzzzzzzz.json").write_text(json.dumps(image), encoding="utf-8")
+    before = record_files(directory)
+    registry = Registry()
+    for tool in memory_tools(detect(port, "aigpt")):
+        registry.register(tool)
+    result = await registry.call("memory_forget", json.dumps({"query": "blue route"}))
+    assert result.error
+    assert result.text.startswith("error: refused: 1 of the aigpt server's records"), result
+    assert record_files(directory) == before
+
+
+async def test_aigpt_forget_refuses_on_a_one_record_server() -> None:
+    """An older aigpt keeps every memory in one record: rewriting it item by item would
+    change the others, so forget refuses and never calls compress."""
+
+    class OldAigpt:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        def tool_names(self) -> list[str]:
+            return ["save_memory", "read_memory", "compress"]
+
+        def instructions(self) -> str:
+            return ""
+
+        async def call(self, tool: str, args: dict[str, Any]) -> tuple[str, bool]:
+            self.calls.append(tool)
+            body = "- likes tea\n- (episode) gym: sent the blue route"
+            return json.dumps({"value": {"content": {"text": body}}}), False
+
+    port = OldAigpt()
+    mem = detect(port, "old")
+    with pytest.raises(MemoryInputError, match="keeps every memory in one record"):
+        await mem.forget(None, "blue route")
+    assert port.calls == ["read_memory"]
+
+
 async def test_a_server_with_neither_shape_fails_clearly(spawn: Callable[..., Any]) -> None:
     port = await spawn("-m", "mcp_server_time")
     with pytest.raises(BackendError, match=r"exposes neither .* \(it has: convert_time"):
@@ -264,3 +342,35 @@ def test_aigpt_parsing_and_ranking_never_crash(text: str) -> None:
         rows = []
     rank_local([*rows, Row("1", "fact", "", "tea")], text, 5)
     rank_local(rows, text, 5, every=True)
+
+
+class ListAigpt:
+    """aigpt's storage semantics in process: read_memory lists records, compress replaces."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = list(texts)
+
+    def tool_names(self) -> list[str]:
+        return ["save_memory", "read_memory", "compress"]
+
+    def instructions(self) -> str:
+        return ""
+
+    async def call(self, tool: str, args: dict[str, Any]) -> tuple[str, bool]:
+        if tool == "compress":
+            self.texts = [str(t) for t in args["items"]]
+            return '{"success": true}', False
+        records = [{"uri": f"at://did:plc:x/ai.syui.gpt.memory/{i:013d}",
+                    "value": {"content": {"text": t}}} for i, t in enumerate(self.texts)]
+        return json.dumps(records), False
+
+
+@given(st.lists(st.text(max_size=40), min_size=2, max_size=6), st.data())
+def test_aigpt_forget_by_id_keeps_the_rest_exactly(texts: list[str], data: Any) -> None:
+    import anyio
+
+    port = ListAigpt(texts)
+    victim = data.draw(st.integers(0, len(texts) - 1))
+    deleted, _ = anyio.run(AigptMemory(port, "x").forget, f"{victim:013d}", None)
+    assert len(deleted) == 1
+    assert port.texts == texts[:victim] + texts[victim + 1:]

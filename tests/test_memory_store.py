@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from gantry.memory.store import (
     iso,
     normalize_time,
     parse_line,
+    parse_time,
     render_block,
 )
 
@@ -221,3 +223,65 @@ def test_schema_rejects_unknown_kind_even_from_sqlite3(conn: Any) -> None:
             "INSERT INTO memory (kind, subject, content, source, created_at, updated_at) "
             "VALUES ('mood', 'x', 'y', 'operator', 'now', 'now')"
         )
+
+
+# ---------------------------------------------------------------------- dates are total
+
+OFFSETS = st.integers(-(23 * 60 + 59), 23 * 60 + 59).map(
+    lambda m: timezone(timedelta(minutes=m)))
+AWARE = st.datetimes(timezones=OFFSETS)
+
+
+@given(AWARE, AWARE)
+def test_any_time_normalizes_or_is_refused_and_text_order_is_time_order(
+    a: datetime, b: datetime
+) -> None:
+    """Far past, far future, any offset: a fixed-width UTC string that sorts like the
+    instant it names, or a ValueError (the UTC instant is outside years 1-9999)."""
+    got = []
+    for dt in (a, b):
+        try:
+            text = normalize_time(dt.isoformat())
+        except ValueError as exc:
+            assert "outside the years 1-9999" in str(exc)
+            return
+        assert len(text) == 27 and text.endswith("Z")
+        assert parse_time(text) == dt
+        got.append(text)
+    assert (got[0] < got[1]) == (a < b) and (got[0] == got[1]) == (a == b)
+
+
+def test_naive_times_are_utc_and_the_edges_of_utc_are_clear_errors() -> None:
+    assert normalize_time("2026-03-01T12:00:00") == "2026-03-01T12:00:00.000000Z"
+    assert normalize_time("0001-01-01T00:00:00") == "0001-01-01T00:00:00.000000Z"
+    for raw in ("9999-12-31T23:30:00-01:00", "0001-01-01T00:30:00+01:00"):
+        with pytest.raises(ValueError, match="outside the years 1-9999 in UTC"):
+            normalize_time(raw)
+
+
+@given(st.floats(), st.floats())
+def test_iso_is_total_and_monotone(a: float, b: float) -> None:
+    x, y = iso(a), iso(b)
+    assert len(x) == len(y) == 27
+    if a <= b:  # False for NaN
+        assert x <= y
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(created=st.datetimes(timezones=st.just(UTC)), days=st.integers(-(10**12), 10**12))
+def test_expiry_is_total_however_far_or_long(conn: Any, created: datetime, days: int) -> None:
+    """An episode dated near year 9999 or a huge TTL saturates at the format's range."""
+    s = MemoryStore(conn, ttl_days={"episode": days})
+    stamp = normalize_time(created.isoformat())
+    expires = s.expiry("episode", stamp)
+    if days == 0:
+        assert expires is None
+        return
+    assert expires is not None and len(expires) == 27
+    assert expires >= stamp if days > 0 else expires <= stamp
+
+
+def test_episode_dated_at_the_end_of_9999_saturates(store: MemoryStore) -> None:
+    row, _ = store.add("episode", "gym", "the last climb", created_at="9999-12-31T00:00:00Z")
+    assert row.expires_at == "9999-12-31T23:59:59.999999Z"
+    assert store.purge_expired(grace_days=10**15) == 0  # a huge grace: no overflow either

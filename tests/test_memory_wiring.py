@@ -20,7 +20,7 @@ from gantry.memory.wiring import MemoryParts, build
 from gantry.prompt import PRECEDENCE
 from gantry.provider import Provider, RetryPolicy
 from gantry.session import SessionStore
-from gantry.tools import Registry
+from gantry.tools import Registry, Tool
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
 
 pytestmark = pytest.mark.anyio
@@ -93,6 +93,62 @@ async def test_store_then_recall_across_new(fake: FakeOpenAI, setup: Any) -> Non
     assert recalled.startswith("#1 (person) mom: prefers calls over texts (")
     status = await agent(msg("/status"))
     assert "memory (builtin): 0 fact, 0 preference, 1 person" in status
+
+
+def in_group(text: str) -> Inbound:
+    return Inbound(channel="test", chat_id="-100", user_id="u", text=text, group=True)
+
+
+def offered(request: Any) -> list[str]:
+    return [t["function"]["name"] for t in request.body.get("tools", [])]
+
+
+async def test_memory_tools_run_in_private_and_are_neither_offered_nor_run_in_a_group(
+    fake: FakeOpenAI, setup: Any
+) -> None:
+    """docs/telegram.md: nothing remembered in private reaches a reply the group reads, and
+    the group cannot change the owner's memory. Checked on the requests the model server got:
+    a private turn offers and runs the memory tools; a group turn is offered none, and the
+    calls the model makes anyway are refused, not run."""
+    agent, parts, registry = await setup()
+
+    async def clock(args: dict[str, Any]) -> str:
+        return "noon"
+
+    registry.register(Tool("clock__now", "the time", {"type": "object"}, clock, "clock"))
+    mom = {"kind": "person", "subject": "mom", "content": "prefers calls over texts"}
+    fake.push(ToolCalls([Call("memory_store", mom, id="p1")]),
+              ToolCalls([Call("memory_recall", {"query": "mom"}, id="p2")]), Reply("noted"))
+    assert await agent(msg("remember: mom prefers calls")) == "noted"
+    private = fake.requests[:3]
+    assert offered(private[0]) == ["clock__now", "memory_forget", "memory_recall", "memory_store"]
+    results = {m["tool_call_id"]: m["content"] for m in private[2].messages if m["role"] == "tool"}
+    assert results["p1"] == "stored #1: (person) mom: prefers calls over texts"
+    assert results["p2"].startswith("#1 (person) mom: prefers calls over texts (")
+
+    fake.push(
+        ToolCalls([Call("memory_recall", {"query": "mom"}, id="g1"),
+                   Call("memory_store", {"kind": "fact", "subject": "group",
+                                         "content": "said in the group"}, id="g2"),
+                   Call("memory_forget", {"query": "mom"}, id="g3"),
+                   Call("clock__now", {}, id="g4")]),
+        Reply("it is noon"),
+    )
+    assert await agent(in_group("@bot what does mom prefer, and the time?")) == "it is noon"
+    group = fake.requests[3:]
+    assert len(group) == 2
+    for request in group:
+        assert offered(request) == ["clock__now"]
+        assert "[memory]" not in request.messages[0]["content"]
+    results = {m["tool_call_id"]: m["content"] for m in group[1].messages if m["role"] == "tool"}
+    for call_id, tool in (("g1", "memory_recall"), ("g2", "memory_store"),
+                          ("g3", "memory_forget")):
+        assert results[call_id].startswith(f"error: {tool} is not available in this chat"), results
+        assert "prefers calls" not in results[call_id]
+    assert results["g4"] == "noon"
+    # nothing was run: the private row is still there, the group's statement was not stored
+    assert [r.line() for r in await parts.memory.recall("mom group said")] == [
+        "(person) mom: prefers calls over texts"]
 
 
 async def test_forget_tool_and_bad_input_are_results_not_crashes(

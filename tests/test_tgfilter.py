@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gantry.channel.tgfilter import LogOnce, addressed
-from tests.fakes.openai import FakeOpenAI
+from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
 from tests.fakes.telegram import FakeTelegram
 from tests.test_telegram_e2e import STRANGER, USER, fakes, run, wait  # noqa: F401
 
@@ -201,3 +201,35 @@ def test_mention_mode_answers_only_when_addressed(  # type: ignore[no-untyped-de
     g.stop(signal.SIGTERM)
     assert "not in TELEGRAM_ALLOWED_USERS" in g.stderr
     assert "obey me" not in g.stderr and "chatting" not in g.stderr
+
+
+@pytest.mark.slow
+def test_a_group_turn_is_offered_no_memory_tool_and_runs_none(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run,  # noqa: F811
+) -> None:
+    """The channel marks a group message, and the model server sees the difference: the
+    private turn is offered (and runs) memory_store; the group turn is offered no memory
+    tool and its memory_recall is refused, so the private row never reaches the group."""
+    tg, llm = fakes
+    g = run(TELEGRAM_GROUPS="mention")
+    mom = {"kind": "person", "subject": "mom", "content": "prefers calls over texts"}
+    llm.push(ToolCalls([Call("memory_store", mom, id="p1")]), Reply("Noted."))
+    tg.push_text(USER, "remember: mom prefers calls")
+    assert tg.wait_sent_sync(USER, 1, timeout=60) == ["Noted."]
+    llm.push(ToolCalls([Call("memory_recall", {"query": "mom"}, id="g1")]), Reply("Ask her."))
+    _push(tg, USER, SUPERGROUP, "supergroup", f"@{BOT} what does mom prefer?")
+    assert tg.wait_sent_sync(SUPERGROUP, 1, timeout=60) == ["Ask her."]
+    assert len(llm.requests) == 4
+    private, group = llm.requests[:2], llm.requests[2:]
+    names = [t["function"]["name"] for t in private[0].body.get("tools", [])]
+    assert {"memory_store", "memory_recall", "memory_forget"} <= set(names), names
+    stored = [m["content"] for m in private[1].messages if m["role"] == "tool"]
+    assert stored == ["stored #1: (person) mom: prefers calls over texts"]
+    for request in group:
+        names = [t["function"]["name"] for t in request.body.get("tools", [])]
+        assert not [n for n in names if n.startswith("memory_")], names
+        assert "prefers calls" not in request.messages[0]["content"]
+    refused = [m["content"] for m in group[1].messages if m["role"] == "tool"]
+    assert len(refused) == 1 and refused[0].startswith("error: memory_recall is not available")
+    assert "prefers calls" not in refused[0]
+    g.stop(signal.SIGTERM)

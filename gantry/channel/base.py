@@ -39,7 +39,8 @@ class Inbound(msgspec.Struct, frozen=True):
     message_id: str = ""
     group: bool = False
     """Sent in a chat others can read (a Telegram group): the agent recalls no long-term
-    memory into the reply, since everyone in the chat would read what it recalled."""
+    memory into the reply and neither offers nor runs the memory tools, since everyone in
+    the chat would read what they recalled."""
     scheduled: bool = False
     """Sent by the scheduler, not a person: a failed turn raises TurnFailed instead of
     answering with an apology, which would be pushed to a user who asked nothing."""

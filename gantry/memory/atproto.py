@@ -21,6 +21,7 @@ from gantry.memory.store import (
     MemoryStore,
     Row,
     iso,
+    micros,
     normalize_time,
     parse_line,
     parse_time,
@@ -56,16 +57,25 @@ def decode_tid(tid: str) -> int:
     return value
 
 
+TID_TIME_MAX = (1 << 53) - 1  # microseconds: the TID's time field ends in year 2255
+
+
+def tid_time(micros: int) -> int:
+    """A time in microseconds as a TID's 53-bit time field: clamped, not wrapped, so a time
+    before 1970 or after 2255 still sorts first or last instead of anywhere."""
+    return min(max(micros, 0), TID_TIME_MAX)
+
+
 def tid_for(micros: int, clock_id: int = 0) -> str:
     """The TID for a time in microseconds since the epoch (ATProto: 53 bits time, 10 bits clock)."""
-    return encode_tid((micros & ((1 << 53) - 1)) << 10 | (clock_id & 1023))
+    return encode_tid(tid_time(micros) << 10 | (clock_id & 1023))
 
 
 def next_tid(micros: int) -> str:
     """A TID for `micros`, strictly greater than every TID this process made before."""
     global _last
     with _lock:
-        value = max((micros & ((1 << 53) - 1)) << 10, _last + 1)
+        value = max(tid_time(micros) << 10, _last + 1)
         _last = value
     return encode_tid(value)
 
@@ -75,8 +85,9 @@ def tid_micros(tid: str) -> int:
 
 
 def micros_of(time_text: str) -> int:
-    dt = parse_time(time_text)
-    return int(dt.timestamp()) * 1_000_000 + dt.microsecond
+    """Microseconds since the epoch of a time string (exact, before 1970 too); ValueError
+    if it is not a time."""
+    return micros(parse_time(time_text))
 
 
 def memory_record(did: str, tid: str, text: str, created_at: str) -> dict[str, Any]:
@@ -108,16 +119,22 @@ def core_record(did: str, handle: str, text: str, created_at: str) -> dict[str, 
 
 def row_tid(row: Row) -> int:
     """A row's stable TID value: its creation time, with the row id as the clock id."""
-    return (micros_of(row.created_at) & ((1 << 53) - 1)) << 10 | (int(row.id) & 1023)
+    return tid_time(micros_of(row.created_at)) << 10 | (int(row.id) & 1023)
 
 
 def records(rows: Sequence[Row], did: str) -> list[tuple[str, dict[str, Any]]]:
     """(tid, record) per row: stable TIDs (the same on every read), unique within the set."""
     out, seen = [], set()
     for r in rows:
-        value = row_tid(r)
+        try:
+            value = row_tid(r)
+        except ValueError:  # a created_at edited by hand into something that is not a time
+            raise ValueError(
+                f"memory #{r.id}: created_at {r.created_at[:40]!r} is not a time; correct it "
+                f"with sqlite3 or delete it (gantry memory forget {r.id})"
+            ) from None
         while value in seen:
-            value += 1
+            value = (value + 1) & ((1 << 63) - 1)  # past the last TID: wrap, never overflow
         seen.add(value)
         tid = encode_tid(value)
         out.append((tid, memory_record(did, tid, r.line(), r.created_at)))
@@ -199,7 +216,7 @@ def import_dir(store: MemoryStore, directory: str | os.PathLike[str], did: str) 
             created = normalize_time(created)
             kind, subject, content = parse_line(text)
             _row, new = store.add(kind, subject, content, source="import", created_at=created)
-        except (OSError, ValueError, MemoryInputError) as exc:
+        except (OSError, ValueError, MemoryInputError, RecursionError) as exc:
             result.skipped.append(f"{path.name}: {exc}")
             continue
         if new:
@@ -210,6 +227,6 @@ def import_dir(store: MemoryStore, directory: str | os.PathLike[str], did: str) 
     if core.is_file():
         try:
             result.core_chars = len(record_text(json.loads(core.read_text("utf-8")))[0])
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             result.skipped.append(f"{core.name}: {exc}")
     return result

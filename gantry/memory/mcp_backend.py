@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gantry.memory import Memory
@@ -145,35 +146,55 @@ def parse_hits(text: str) -> list[Row]:
     return rows
 
 
-def parse_records(text: str) -> list[Row]:
-    """aigpt's read_memory output → rows (id = the record's TID, else its position)."""
+@dataclass(frozen=True)
+class Records:
+    """aigpt's read_memory answer: rows, each record's text exactly as the server holds it
+    (what a rewrite must send back), how many records gantry could not read, and whether the
+    server keeps every memory in one record (an older aigpt)."""
+
+    rows: list[Row] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    unreadable: int = 0
+    single: bool = False
+
+
+def read_records(text: str) -> Records:
+    """aigpt's read_memory output → Records (row id = the record's TID, else its position)."""
     from gantry.memory.atproto import record_text
 
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's limit
         data = [line for line in text.splitlines() if line.strip()]
     if isinstance(data, dict) and "error" in data:
         raise MemoryInputError(f"the memory server failed: {str(data['error'])[:300]}")
+    single = isinstance(data, dict)
     if isinstance(data, dict):  # an older aigpt: one record holding every memory as text
         try:
             body = record_text(data)[0]
         except ValueError:
-            body = ""
+            return Records(unreadable=1, single=True)
         data = [line.removeprefix("- ") for line in body.splitlines() if line.strip()]
     if not isinstance(data, list):
-        return []
-    rows = []
+        return Records(unreadable=1)
+    rows, texts, unreadable = [], [], 0
     for i, item in enumerate(data, 1):
         try:
             text_, created = record_text(item)
         except ValueError:
+            unreadable += 1
             continue
         uri = item.get("uri", "") if isinstance(item, dict) else ""
         rid = uri.rsplit("/", 1)[-1] if isinstance(uri, str) and uri.count("/") >= 3 else str(i)
         kind, subject, content = parse_line(text_)
         rows.append(Row(rid, kind, subject, content, created_at=created or ""))
-    return rows
+        texts.append(text_)
+    return Records(rows, texts, unreadable, single)
+
+
+def parse_records(text: str) -> list[Row]:
+    """The rows of aigpt's read_memory output (see read_records)."""
+    return read_records(text).rows
 
 
 def rank_local(rows: Sequence[Row], query: str, limit: int, every: bool = False) -> list[Row]:
@@ -304,7 +325,10 @@ class AigptMemory:
         return rank_local(await self._all(), query, limit)
 
     async def forget(self, row_id: str | None, query: str | None) -> tuple[list[Row], int]:
-        rows = await self._all()
+        """Delete by rewriting the set: `compress` with every other record's text exactly as
+        the server holds it. Refused when that rewrite could lose or alter a record."""
+        found = read_records(await self._call("read_memory", {}))
+        rows = found.rows
         if row_id is not None:
             doomed, more = [r for r in rows if r.id == row_id.lstrip("#")], 0
         else:
@@ -312,8 +336,19 @@ class AigptMemory:
             doomed, more = matches[:FORGET_MAX], max(0, len(matches) - FORGET_MAX)
         if not doomed:
             return [], 0
+        if found.unreadable:
+            raise MemoryInputError(
+                f"refused: {found.unreadable} of the aigpt server's records are in a form "
+                "gantry cannot read, and forgetting rewrites the whole set (compress), which "
+                "would destroy them; delete this memory on the server itself"
+            )
+        if found.single:
+            raise MemoryInputError(
+                "refused: this aigpt server keeps every memory in one record, and gantry "
+                "cannot rewrite it without changing the others; delete on the server itself"
+            )
         gone = {id(r) for r in doomed}
-        keep = [r.line() for r in rows if id(r) not in gone]
+        keep = [t for r, t in zip(rows, found.texts, strict=True) if id(r) not in gone]
         if not keep:
             raise MemoryInputError(
                 "refused: this would delete every memory on the aigpt server (its compress "

@@ -29,7 +29,9 @@ MMAP_BYTES = 256 << 20
 PER_TERM = 64  # newest matches read per query word: bounds recall's cost on a common word
 TTL_DAYS = {"episode": 30}  # per kind; kinds not listed never expire (spec §7.1)
 RECENCY_DAYS = 30.0  # a row this old weighs half as much as a fresh one with the same BM25
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+FIRST = datetime.min.replace(tzinfo=UTC)  # the stored format's range (4-digit years)
+LAST = datetime.max.replace(tzinfo=UTC)
 _WORD = re.compile(r"\w+")
 _SPACE = re.compile(r"\s+")
 _LINE = re.compile(r"\((fact|preference|person|episode|insight)\) ([^:\n]*): (.*)\Z", re.DOTALL)
@@ -66,25 +68,60 @@ class Row:
 # ---------------------------------------------------------------------- pure helpers
 
 
+def fmt(dt: datetime) -> str:
+    """A UTC datetime → the stored time format. Fixed width (strftime does not pad years
+    before 1000), so the text order SQLite compares is the time order."""
+    return (
+        f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:"
+        f"{dt.second:02d}.{dt.microsecond:06d}Z"
+    )
+
+
 def iso(ts: float) -> str:
-    """Unix seconds → the stored time format (UTC, microseconds, 'Z')."""
-    return datetime.fromtimestamp(ts, UTC).strftime(TIME_FORMAT)
+    """Unix seconds → the stored time format; total: saturates at years 1 and 9999 (the
+    format's range), and NaN is the epoch."""
+    if math.isnan(ts):
+        ts = 0.0
+    try:
+        return fmt(datetime.fromtimestamp(ts, UTC))
+    except (OverflowError, OSError, ValueError):  # out of range
+        return fmt(LAST if ts > 0 else FIRST)
 
 
 def parse_time(text: str) -> datetime:
-    """Any RFC 3339 / ISO 8601 time (with 'Z' or an offset) → aware UTC datetime."""
+    """Any RFC 3339 / ISO 8601 time (with 'Z' or an offset; none = UTC) → aware UTC datetime.
+
+    ValueError if it is not a time or its UTC instant is outside the years 1–9999
+    (`9999-12-31T23:30:00-01:00` is year 10000 in UTC): never OverflowError.
+    """
     t = text.strip()
     if t.endswith(("Z", "z")):
         t = t[:-1] + "+00:00"
     dt = datetime.fromisoformat(t)
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.astimezone(UTC)
+        return dt.replace(tzinfo=UTC)
+    try:
+        return dt.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{text.strip()[:40]!r} is outside the years 1-9999 in UTC") from None
 
 
 def normalize_time(text: str) -> str:
     """Canonical stored form of a time string; raises ValueError if it is not a time."""
-    return parse_time(text).strftime(TIME_FORMAT)
+    return fmt(parse_time(text))
+
+
+def add_days(dt: datetime, days: float) -> datetime:
+    """`dt` + `days`, saturating at years 1 and 9999 however large the TTL."""
+    try:
+        return dt + timedelta(days=days)
+    except OverflowError:
+        return LAST if days > 0 else FIRST
+
+
+def micros(dt: datetime) -> int:
+    """Microseconds since the Unix epoch, exact for any aware datetime (before 1970 too)."""
+    return (dt - EPOCH) // timedelta(microseconds=1)
 
 
 def clean(text: str) -> str:
@@ -219,10 +256,12 @@ class MemoryStore:
         return iso(self.clock())
 
     def expiry(self, kind: str, created_at: str) -> str | None:
+        """When a row of `kind` created at `created_at` expires (None = never); saturates at
+        the end of year 9999 rather than overflowing."""
         days = self.ttl_days.get(kind, 0)
         if not days:
             return None
-        return (parse_time(created_at) + timedelta(days=days)).strftime(TIME_FORMAT)
+        return fmt(add_days(parse_time(created_at), days))
 
     # ------------------------------------------------------------------ writes
 
@@ -317,7 +356,7 @@ class MemoryStore:
 
     def purge_expired(self, grace_days: int = 30) -> int:
         """Hard-delete rows that expired more than `grace_days` ago (TTL decay)."""
-        cutoff = iso(self.clock() - grace_days * 86_400)
+        cutoff = fmt(add_days(parse_time(self.now()), -grace_days))
         self.conn.execute(
             "DELETE FROM memory WHERE expires_at IS NOT NULL AND expires_at < ?", (cutoff,)
         )

@@ -1,6 +1,7 @@
 """The three built-in memory tools the model gets (spec §7.2), over any `Memory` backend.
 
-Auto-save is off: the model stores deliberately, one atomic statement per call.
+Auto-save is off: the model stores deliberately, one atomic statement per call. All three are
+`private`: a group turn is neither offered them nor allowed to run them.
 """
 
 from __future__ import annotations
@@ -101,9 +102,9 @@ def memory_tools(memory: Memory) -> list[Tool]:
 
     return [
         Tool("memory_store", "Remember one atomic statement for later conversations. "
-             "Store deliberately; never guess.", STORE_SCHEMA, store, SOURCE),
+             "Store deliberately; never guess.", STORE_SCHEMA, store, SOURCE, private=True),
         Tool("memory_recall", "Search long-term memory; results show ids and dates.",
-             RECALL_SCHEMA, recall, SOURCE),
+             RECALL_SCHEMA, recall, SOURCE, private=True),
         Tool("memory_forget", "Delete memories for good, by id or by words they contain.",
-             FORGET_SCHEMA, forget, SOURCE),
+             FORGET_SCHEMA, forget, SOURCE, private=True),
     ]
