@@ -11,6 +11,7 @@ a string cut inside an emoji), raw non-UTF-8 bytes, lines that are not JSON. Too
   noise         → a non-JSON line on stdout first, then "ok"
   hold          → no answer until a `release` call (the server keeps answering the rest)
   release       → answers every held call with "released", then itself with how many
+  held          → how many calls it holds
   calls         → how many tools/call requests it has received so far
   crash         → exits at once, answering nothing
 Environment: RAW_LIST=surrogate|badbyte puts that in a tool description of tools/list.
@@ -23,7 +24,7 @@ import os
 import sys
 
 TOOLS = ["echo", "surrogate", "badbyte", "truncated", "shapeless", "noise", "hold", "release",
-         "calls", "crash"]
+         "held", "calls", "crash"]
 SPOILERS = {"surrogate": b"\\ud83d", "badbyte": b"\xff"}
 
 
@@ -91,6 +92,8 @@ def main() -> None:
                     text_reply(other, b"released")
                 text_reply(rid, str(len(held)).encode())
                 held.clear()
+            elif name == "held":
+                text_reply(rid, str(len(held)).encode())
             elif name == "calls":
                 text_reply(rid, str(calls).encode())
             elif name == "crash":
