@@ -362,6 +362,28 @@ async def test_concurrent_timeouts_while_the_server_answers_pings_are_one_failur
         assert server.state == "up" and server.restarts == 0
 
 
+async def test_a_hang_that_gets_the_server_restarted_is_one_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hostmod, "PING_TIMEOUT", 0.5)
+    async with running(raw_fixture_toml(timeout=1)) as (host, reg):
+        server = host.servers["raw"]
+        results: list[str] = []
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+
+                async def call(tool: str) -> None:
+                    results.append((await reg.call(tool, "{}")).text)
+
+                for tool in ("raw__hold", "raw__hold", "raw__freeze", "raw__hold", "raw__hold"):
+                    tg.start_soon(call, tool)
+            assert len(results) == 5 and all("did not answer within 1 s" in r for r in results)
+            assert server.breaker.failures == 1 and server.breaker.state == "closed"
+            await until(lambda: server.state == "up" and server.restarts == 1, what="restart")
+        assert server.breaker.failures == 1 and server.breaker.state == "closed"
+        assert (await reg.call("raw__echo", '{"text": "thawed"}')).text == "thawed"
+
+
 # ----------------------------------------------------------------------------- SDK fixture
 
 

@@ -95,10 +95,10 @@ def _cause(exc: BaseException) -> BaseException:
     if not isinstance(exc, BaseExceptionGroup):
         return exc
     found = exc.subgroup(ServerStartError)
-    group = found if found is not None else exc
-    while isinstance(group, BaseExceptionGroup) and group.exceptions:
-        group = group.exceptions[0]
-    return group
+    inner: BaseException = found if found is not None else exc
+    while isinstance(inner, BaseExceptionGroup) and inner.exceptions:
+        inner = inner.exceptions[0]
+    return inner
 
 
 def _describe(exc: BaseException) -> str:
@@ -376,8 +376,9 @@ class Server:
 
     def _charge(self, number: int) -> None:
         """One breaker failure per episode: calls already in flight when one was charged
-        (the others a crash or a hang hit) add none. A half-open probe always counts."""
-        if number > self._charged_upto or self.breaker.probing:
+        (the others a crash or a hang hit) add none. A half-open probe started after every
+        charge so far, so its failure always counts."""
+        if number > self._charged_upto:
             self._charged_upto = self._started_calls
             self.breaker.failure()
 

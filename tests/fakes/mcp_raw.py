@@ -13,6 +13,7 @@ a string cut inside an emoji), raw non-UTF-8 bytes, lines that are not JSON. Too
   release       → answers every held call with "released", then itself with how many
   held          → how many calls it holds
   calls         → how many tools/call requests it has received so far
+  freeze        → stops reading and answering anything, pings included
   crash         → exits at once, answering nothing
 Environment: RAW_LIST=surrogate|badbyte puts that in a tool description of tools/list.
 """
@@ -22,9 +23,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 TOOLS = ["echo", "surrogate", "badbyte", "truncated", "shapeless", "noise", "hold", "release",
-         "held", "calls", "crash"]
+         "held", "calls", "freeze",
+         "crash"]
 SPOILERS = {"surrogate": b"\\ud83d", "badbyte": b"\xff"}
 
 
@@ -96,6 +99,8 @@ def main() -> None:
                 text_reply(rid, str(len(held)).encode())
             elif name == "calls":
                 text_reply(rid, str(calls).encode())
+            elif name == "freeze":
+                time.sleep(3600)
             elif name == "crash":
                 os._exit(5)
         else:
