@@ -154,7 +154,6 @@ def warn_once(child: Child, kind: str, message: str, **extra: Any) -> None:
 def _incoming(child: Child, line: bytes) -> Any:
     """The SessionMessage for one stdout line, or None to drop it; see gantry/mcp/wire.py."""
     from mcp.shared.message import SessionMessage
-    from mcp_types import PARSE_ERROR, ErrorData, JSONRPCError
 
     decoded = wire.decode(line)
     if decoded.message is not None:
@@ -167,6 +166,8 @@ def _incoming(child: Child, line: bytes) -> Any:
         warn_once(child, "not-json-rpc", "mcp server wrote a line that is not JSON-RPC; "
                   "dropped", line=snippet)
         return None
+    from mcp_types import PARSE_ERROR, ErrorData, JSONRPCError
+
     warn_once(child, "invalid", "mcp server sent an invalid message; its request fails",
               id=decoded.reply_to, line=snippet)
     return SessionMessage(JSONRPCError(jsonrpc="2.0", id=decoded.reply_to,
