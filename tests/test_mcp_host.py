@@ -29,6 +29,7 @@ from tests.fakes.mcp_servers import (
     live_children,
     open_fds,
     python_fixture_toml,
+    raw_fixture_toml,
     static_fixture,
     time_command,
     toml_server,
@@ -191,19 +192,196 @@ async def test_breaker_opens_after_repeated_failures_and_says_so(
         assert server.breaker.state == "closed"
 
 
-async def test_boot_failure_names_the_server_and_its_stderr() -> None:
+async def test_boot_failure_names_the_server_and_its_stderr_once_and_whole() -> None:
+    long_line = "config error: " + "x" * 400 + " (end)"
     manifest = static_toml() + toml_server(
-        "broken", ["sh", "-c", "echo 'cannot open /data/x.db' >&2; exit 3"])
+        "broken", ["sh", "-c", f"echo '{long_line}' >&2; echo 'cannot open /data/x.db' >&2; "
+                               "exit 3"])
     registry = Registry()
     host = Host(parse(manifest, BASE_ENV), registry, BASE_ENV)
     with pytest.raises(ServerStartError) as info:
         with anyio.fail_after(BOOT):
             await host.start(_NoTasks())  # type: ignore[arg-type]
     text = str(info.value)
-    assert "MCP server 'broken' (" in text and "could not start: it exited with code 3" in text
-    assert "cannot open /data/x.db" in text
+    assert text.startswith("MCP server 'broken' (")
+    assert "could not start: it exited with code 3" in text
+    assert text.count("could not start") == 1 and text.count("last lines of its stderr") == 1
+    assert text.count("cannot open /data/x.db") == 1
+    assert long_line in text
     assert "'st'" not in text
     assert live_children() == []
+
+
+# ----------------------------------------------------------------------------- raw fixture
+# The server is given an hour per call: whatever answers here answers at once, and the
+# fail_after bounds (a bound, not a timing assert) turn a hang back into a failing test.
+HOUR = 3600
+
+
+async def holding(reg: Registry, n: int) -> None:
+    """Until the raw server holds `n` calls (it answers `held` after reading what came first)."""
+    for _ in range(200):
+        if (await reg.call("raw__held", "{}")).text == str(n):
+            return
+        await anyio.sleep(0.05)
+    pytest.fail(f"the server never held {n} calls")
+
+
+async def test_lone_surrogates_and_bad_bytes_in_replies_decode_leniently_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="gantry.mcp")
+    async with running(raw_fixture_toml(timeout=HOUR)) as (host, reg):
+        with anyio.fail_after(60):
+            cut = await reg.call("raw__surrogate", "{}")
+            bad = await reg.call("raw__badbyte", "{}")
+            again = await reg.call("raw__surrogate", "{}")
+        assert (cut.text, cut.error) == ("cut here: \ufffd", False)
+        assert (bad.text, bad.error) == ("cut here: \ufffd", False)
+        assert again.text == "cut here: \ufffd"
+        server = host.servers["raw"]
+        assert server.breaker.failures == 0 and server.restarts == 0
+        assert host.telemetry()["raw/surrogate"]["timeouts"] == 0
+    warnings = [r for r in caplog.records if "not valid Unicode" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
+    assert getattr(warnings[0], "server", None) == "raw"
+
+
+async def test_a_reply_that_cannot_be_decoded_fails_its_call_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="gantry.mcp")
+    async with running(raw_fixture_toml(timeout=HOUR)) as (host, reg):
+        with anyio.fail_after(60):
+            cut = await reg.call("raw__truncated", "{}")
+            shapeless = await reg.call("raw__shapeless", "{}")
+            noise = await reg.call("raw__noise", "{}")
+            echo = await reg.call("raw__echo", '{"text": "still fine"}')
+        assert cut.error and cut.text.endswith(
+            "MCP server 'raw' sent an invalid message in reply to 'truncated'")
+        assert shapeless.error and "invalid message in reply to 'shapeless'" in shapeless.text
+        assert (noise.text, noise.error) == ("ok", False)  # a stray line is dropped, not fatal
+        assert echo.text == "still fine"
+        server = host.servers["raw"]
+        assert server.breaker.failures == 0 and server.restarts == 0
+        assert host.telemetry()["raw/truncated"]["timeouts"] == 0
+    invalid = [r for r in caplog.records if "sent an invalid message" in r.getMessage()]
+    assert len(invalid) == 1, [r.getMessage() for r in invalid]
+    stray = [r for r in caplog.records if "not JSON-RPC" in r.getMessage()]
+    assert len(stray) == 1
+
+
+@pytest.mark.parametrize("spoiler", ["surrogate", "badbyte"])
+async def test_boot_survives_a_tools_list_that_is_not_valid_unicode(spoiler: str) -> None:
+    with anyio.fail_after(60):
+        async with running(raw_fixture_toml(env={"RAW_LIST": spoiler})) as (host, reg):
+            echo = next(t for t in host.tools("raw") if t.name == "echo")
+            assert echo.description == "the echo tool\ufffd"
+            assert (await reg.call("raw__echo", '{"text": "up"}')).text == "up"
+
+
+async def test_a_lone_surrogate_in_arguments_fails_that_call_only_before_writing() -> None:
+    async with running(raw_fixture_toml(timeout=HOUR)) as (host, reg):
+        server = host.servers["raw"]
+        held: list[str] = []
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+
+                async def hold() -> None:
+                    held.append((await reg.call("raw__hold", "{}")).text)
+
+                tg.start_soon(hold)
+                await holding(reg, 1)
+                before = int((await reg.call("raw__calls", "{}")).text)
+                torn = await reg.call("raw__echo", '{"text": "half an emoji: \\ud83d"}')
+                assert torn.error and "invalid arguments: at text: " in torn.text
+                assert "lone surrogate" in torn.text
+                nested = await host.call("raw", "echo", {"text": ["ok", {"k": "\udc00"}]})
+                assert nested.error and "at text.1.k:" in nested.text
+                after = int((await reg.call("raw__calls", "{}")).text)
+                assert after == before + 1  # this `calls` only: neither echo was written
+                assert (await reg.call("raw__release", "{}")).text == "1"
+        assert held == ["released"]
+        assert server.restarts == 0 and server.breaker.failures == 0
+
+
+async def test_the_transport_refuses_an_unencodable_request_without_dying() -> None:
+    """Below Server.call's check: a request the writer cannot encode fails at once, alone."""
+    from mcp.shared.exceptions import MCPError
+
+    async with running(raw_fixture_toml(timeout=HOUR)) as (host, reg):
+        server = host.servers["raw"]
+        with anyio.fail_after(60):
+            with pytest.raises(MCPError) as info:
+                await server.session.call_tool("echo", {"text": "\ud83d"}, 3600)
+            assert "gantry could not encode the request" in info.value.message
+            assert (await reg.call("raw__calls", "{}")).text == "1"
+            assert (await reg.call("raw__echo", '{"text": "alive"}')).text == "alive"
+        assert server.restarts == 0
+
+
+async def test_one_crash_with_calls_in_flight_is_one_breaker_failure() -> None:
+    async with running(raw_fixture_toml(timeout=HOUR)) as (host, reg):
+        server = host.servers["raw"]
+        results: list[str] = []
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+
+                async def hold() -> None:
+                    results.append((await reg.call("raw__hold", "{}")).text)
+
+                for _ in range(6):
+                    tg.start_soon(hold)
+                await holding(reg, 6)
+                crashed = await reg.call("raw__crash", "{}")
+            assert crashed.error and "stopped while running 'crash'" in crashed.text
+            assert len(results) == 6 and all("stopped while running 'hold'" in r
+                                               for r in results)
+            assert server.breaker.failures == 1 and server.breaker.state == "closed"
+            await until(lambda: server.state == "up" and server.restarts == 1, what="restart")
+            assert (await reg.call("raw__echo", '{"text": "back"}')).text == "back"
+
+
+async def test_concurrent_timeouts_while_the_server_answers_pings_are_one_failure() -> None:
+    async with running(raw_fixture_toml(timeout=1)) as (host, reg):
+        server = host.servers["raw"]
+        results: list[str] = []
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+
+                async def hold() -> None:
+                    results.append((await reg.call("raw__hold", "{}")).text)
+
+                for _ in range(5):
+                    tg.start_soon(hold)
+            assert len(results) == 5 and all("did not answer within 1 s" in r for r in results)
+            assert server.breaker.failures == 1 and server.breaker.state == "closed"
+            assert host.telemetry()["raw/hold"]["timeouts"] == 5
+            await until(lambda: not server._probe, what="the ping")
+            assert (await reg.call("raw__release", "{}")).text == "5"
+        assert server.state == "up" and server.restarts == 0
+
+
+async def test_a_hang_that_gets_the_server_restarted_is_one_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hostmod, "PING_TIMEOUT", 0.5)
+    async with running(raw_fixture_toml(timeout=1)) as (host, reg):
+        server = host.servers["raw"]
+        results: list[str] = []
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+
+                async def call(tool: str) -> None:
+                    results.append((await reg.call(tool, "{}")).text)
+
+                for tool in ("raw__hold", "raw__hold", "raw__freeze", "raw__hold", "raw__hold"):
+                    tg.start_soon(call, tool)
+            assert len(results) == 5 and all("did not answer within 1 s" in r for r in results)
+            assert server.breaker.failures == 1 and server.breaker.state == "closed"
+            await until(lambda: server.state == "up" and server.restarts == 1, what="restart")
+        assert server.breaker.failures == 1 and server.breaker.state == "closed"
+        assert (await reg.call("raw__echo", '{"text": "thawed"}')).text == "thawed"
 
 
 # ----------------------------------------------------------------------------- SDK fixture

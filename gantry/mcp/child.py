@@ -23,6 +23,7 @@ import anyio
 from anyio.abc import Process, TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from gantry.mcp import wire
 from gantry.mcp.manifest import ServerSpec
 
 log = logging.getLogger("gantry.mcp")
@@ -88,6 +89,7 @@ class Child:
     stderr: StderrLog
     closed: anyio.Event = field(default_factory=anyio.Event)  # stdout ended or process exited
     reason: str = ""
+    warned: set[str] = field(default_factory=set)  # kinds of wire trouble already logged
 
     @property
     def pid(self) -> int:
@@ -138,10 +140,45 @@ async def _stop(child: Child) -> None:
                 close()
 
 
-async def _read_stdout(child: Child, send: MemoryObjectSendStream[Any]) -> None:
-    from mcp.shared.message import SessionMessage
-    from mcp_types import jsonrpc_message_adapter
+INVALID_MESSAGE = "the server sent an invalid message"
+UNENCODABLE = "gantry could not encode the request"
 
+
+def warn_once(child: Child, kind: str, message: str, **extra: Any) -> None:
+    """One warning per kind of wire trouble per server (the set outlives restarts); then debug."""
+    level = logging.DEBUG if kind in child.warned else logging.WARNING
+    child.warned.add(kind)
+    log.log(level, message, extra={"server": child.spec.name, **extra})
+
+
+def _incoming(child: Child, line: bytes) -> Any:
+    """The SessionMessage for one stdout line, or None to drop it; see gantry/mcp/wire.py."""
+    from mcp.shared.message import SessionMessage
+
+    decoded = wire.decode(line)
+    if decoded.message is not None:
+        if decoded.repaired:
+            warn_once(child, "repaired", "mcp server sent text that is not valid Unicode; "
+                      "each bad character became U+FFFD", repaired=list(decoded.repaired))
+        return SessionMessage(decoded.message)
+    snippet = line[:200].decode("utf-8", "replace")
+    if decoded.reply_to is None:
+        warn_once(child, "not-json-rpc", "mcp server wrote a line that is not JSON-RPC; "
+                  "dropped", line=snippet)
+        return None
+    from mcp_types import PARSE_ERROR, ErrorData, JSONRPCError
+
+    warn_once(child, "invalid", "mcp server sent an invalid message; its request fails",
+              id=decoded.reply_to, line=snippet)
+    return SessionMessage(JSONRPCError(jsonrpc="2.0", id=decoded.reply_to,
+                                       error=ErrorData(code=PARSE_ERROR, message=INVALID_MESSAGE)))
+
+
+async def _read_stdout(
+    child: Child, send: MemoryObjectSendStream[Any], replies: MemoryObjectSendStream[Any]
+) -> None:
+    """stdout lines → the session; `replies` (the writer's clone of `send`) is closed here
+    too, so the session's read stream ends the moment stdout does."""
     stdout = child.process.stdout
     assert stdout is not None
     buf = bytearray()
@@ -159,31 +196,43 @@ async def _read_stdout(child: Child, send: MemoryObjectSendStream[Any]) -> None:
                 while (nl := buf.find(b"\n")) >= 0:
                     line = bytes(buf[:nl])
                     del buf[: nl + 1]
-                    if not line.strip():
-                        continue
-                    try:
-                        item: Any = SessionMessage(
-                            jsonrpc_message_adapter.validate_json(line, by_name=False)
-                        )
-                    except ValueError as exc:
-                        log.warning("mcp server wrote a line that is not JSON-RPC",
-                                    extra={"server": child.spec.name, "line": line[:200].decode(
-                                        "utf-8", "replace")})
-                        item = exc
-                    await send.send(item)
+                    if line.strip() and (item := _incoming(child, line)) is not None:
+                        await send.send(item)
     except (anyio.ClosedResourceError, anyio.BrokenResourceError):
         pass
     finally:
+        replies.close()
         child.mark_closed(child.reason or "its stdout closed")
 
 
-async def _write_stdin(child: Child, receive: MemoryObjectReceiveStream[Any]) -> None:
+async def _refuse(child: Child, message: Any, exc: ValueError,
+                  replies: MemoryObjectSendStream[Any]) -> None:
+    """A message that cannot be encoded is not written; a request among them fails at once."""
+    from mcp.shared.message import SessionMessage
+    from mcp_types import INVALID_PARAMS, ErrorData, JSONRPCError, JSONRPCRequest
+
+    rpc = message.message
+    warn_once(child, "unencodable", "mcp message not sent: it cannot be encoded",
+              method=getattr(rpc, "method", None), error=str(exc)[:200])
+    if isinstance(rpc, JSONRPCRequest):
+        error = ErrorData(code=INVALID_PARAMS, message=f"{UNENCODABLE}: {str(exc)[:200]}")
+        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            await replies.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=rpc.id,
+                                                           error=error)))
+
+
+async def _write_stdin(child: Child, receive: MemoryObjectReceiveStream[Any],
+                       replies: MemoryObjectSendStream[Any]) -> None:
     stdin = child.process.stdin
     assert stdin is not None
     try:
         async with receive:
             async for message in receive:
-                data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                try:
+                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                except ValueError as exc:  # PydanticSerializationError: e.g. a lone surrogate
+                    await _refuse(child, message, exc, replies)
+                    continue
                 await stdin.send(data.encode() + b"\n")
     except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
         child.mark_closed("its stdin closed")
@@ -216,12 +265,13 @@ async def _watch_exit(child: Child) -> None:
 
 @asynccontextmanager
 async def open_child(
-    spec: ServerSpec, environ: Mapping[str, str]
+    spec: ServerSpec, environ: Mapping[str, str], warned: set[str] | None = None
 ) -> AsyncIterator[tuple[Child, MemoryObjectReceiveStream[Any], MemoryObjectSendStream[Any]]]:
     """Spawn `spec` and yield (child, read stream, write stream) for a ClientSession.
 
     The read stream ends as soon as the child's stdout closes, which makes the SDK fail every
     request in flight with "connection closed" instead of letting it run to its timeout.
+    `warned`: the server's kinds of wire trouble already logged, kept across its restarts.
     """
     process = await anyio.open_process(
         [spec.command, *spec.args],
@@ -229,15 +279,16 @@ async def open_child(
         cwd=spec.cwd,
         start_new_session=True,  # its own process group: teardown reaches grandchildren
     )
-    child = Child(spec, process, StderrLog(spec.name))
+    child = Child(spec, process, StderrLog(spec.name), warned=set() if warned is None else warned)
     read_send, read_recv = anyio.create_memory_object_stream[Any](0)
+    replies = read_send.clone()  # the writer's answers for requests it cannot send
     write_send, write_recv = anyio.create_memory_object_stream[Any](WRITE_BUFFER)
     log.info("mcp server started", extra={"server": spec.name, "pid": process.pid})
     tg: TaskGroup
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_read_stdout, child, read_send)
-            tg.start_soon(_write_stdin, child, write_recv)
+            tg.start_soon(_read_stdout, child, read_send, replies)
+            tg.start_soon(_write_stdin, child, write_recv, replies)
             tg.start_soon(_read_stderr, child)
             tg.start_soon(_watch_exit, child)
             try:
@@ -245,7 +296,7 @@ async def open_child(
             finally:
                 with anyio.CancelScope(shield=True):
                     await _stop(child)
-                    for s in (read_send, read_recv, write_send, write_recv):
+                    for s in (read_send, replies, read_recv, write_send, write_recv):
                         await s.aclose()
                 tg.cancel_scope.cancel()
     finally:

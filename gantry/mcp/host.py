@@ -23,9 +23,9 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from gantry.mcp import convert
+from gantry.mcp import convert, wire
 from gantry.mcp.breaker import Breaker
-from gantry.mcp.child import Child, open_child
+from gantry.mcp.child import INVALID_MESSAGE, Child, open_child
 from gantry.mcp.manifest import ServerSpec
 from gantry.mcp.validate import ArgsValidator, compile_schema
 from gantry.tools import Registry, Tool, ToolError
@@ -89,10 +89,21 @@ def backoff(attempt: int, rng: random.Random | None = None) -> float:
     return step * (0.5 + 0.5 * (rng or random).random())
 
 
+def _cause(exc: BaseException) -> BaseException:
+    """The exception inside (nested) task-group exception groups: a ServerStartError if there
+    is one, else the first."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return exc
+    found = exc.subgroup(ServerStartError)
+    inner: BaseException = found if found is not None else exc
+    while isinstance(inner, BaseExceptionGroup) and inner.exceptions:
+        inner = inner.exceptions[0]
+    return inner
+
+
 def _describe(exc: BaseException) -> str:
     """One line for an exception, looking inside exception groups for the real cause."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
+    exc = _cause(exc)
     return f"{type(exc).__name__}: {exc}"[:300]
 
 
@@ -116,6 +127,11 @@ class Server:
         self.breaker = Breaker()
         self.stats: dict[str, ToolStats] = {}
         self.restarts = 0
+        self.warned: set[str] = set()  # kinds of wire trouble logged already (child.py)
+        # Calls are numbered as they start; a breaker failure is charged for calls numbered
+        # above `_charged_upto` only, so the calls one crash or one hang hits count once.
+        self._started_calls = 0
+        self._charged_upto = 0
         self._wake = anyio.Event()
         self._refresh = False
         self._probe = False
@@ -129,7 +145,9 @@ class Server:
         while True:
             up_at = 0.0
             try:
-                async with open_child(self.spec, self.environ) as (child, read, write):
+                async with open_child(self.spec, self.environ, self.warned) as (
+                    child, read, write
+                ):
                     self.child = child
                     session = await self._connect(child, read, write)
                     async with session:
@@ -148,18 +166,21 @@ class Server:
                         await self._serve(session, child)
                         reason = child.reason
                         self.session = None
-            except ServerStartError:
-                if first:
-                    raise
-                self.breaker.failure()
-                reason = "it failed to start"
             except Exception as exc:
+                # open_child's task group wraps what its body raised in an exception group.
+                cause = _cause(exc)
                 if first:
+                    if isinstance(cause, ServerStartError):
+                        raise cause from None
                     tail = self.child.tail() if self.child else ""
-                    raise ServerStartError(self._start_message(_describe(exc), tail)) from None
+                    raise ServerStartError(self._start_message(_describe(cause), tail)) from None
                 self.breaker.failure()
-                reason = _describe(exc)
-                log.warning("mcp server failed", extra={"server": self.name, "error": reason})
+                if isinstance(cause, ServerStartError):
+                    reason = str(cause).split("\n", 1)[0]
+                else:
+                    reason = _describe(cause)
+                    log.warning("mcp server failed", extra={"server": self.name,
+                                                             "error": reason})
             finally:
                 self.session = None
             if up_at and time.monotonic() - up_at >= STABLE_AFTER:
@@ -199,15 +220,17 @@ class Server:
     async def _initialize(self, session: Any, child: Child) -> None:
         """initialize + tools/list; a child that dies meanwhile fails it at once (its stdout
         closes, and the SDK fails the pending request)."""
+        step = "initialize"
         try:
             with anyio.fail_after(INIT_TIMEOUT):
                 result = await session.initialize()
+                step = "tools/list"
                 await self._list_tools(session)
         except Exception as exc:
             await anyio.sleep(0.2)  # its exit status and last stderr lines
             code = child.process.returncode
             if isinstance(exc, TimeoutError):
-                why = f"no answer to initialize within {INIT_TIMEOUT:g} s"
+                why = f"no answer to {step} within {INIT_TIMEOUT:g} s"
             elif code is not None:
                 why = f"it exited with code {code}"
             else:
@@ -251,6 +274,9 @@ class Server:
                     except Exception:
                         scope.cancel()
                 if scope.cancelled_caught:
+                    # The calls in flight on it fail as it stops; the timeout that started
+                    # this was charged already, and they are the same episode.
+                    self._charged_upto = self._started_calls
                     child.mark_closed("it stopped answering (ping failed after a timeout)")
                     return
 
@@ -321,6 +347,10 @@ class Server:
         """
         if validator is not None and (problem := validator.violation(args)) is not None:
             return CallResult(problem, error=True)
+        if (where := wire.lone_surrogate(args)) is not None:
+            return CallResult(f"invalid arguments: at {where}: the text contains a lone "
+                              "surrogate (half of a UTF-16 pair), which is not valid Unicode; "
+                              "send whole characters", error=True)
         stats = self.stats.get(tool)
         if stats is None:
             stats = self.stats[tool] = ToolStats()
@@ -332,35 +362,49 @@ class Server:
             state = "unavailable" if self.breaker.state != "closed" else self.state
             return CallResult(f"MCP server {self.name!r} is {state}; retry{later}", error=True)
         started = time.monotonic()
+        self._started_calls += 1
+        number = self._started_calls
         try:
             result = await session.call_tool(tool, args, self.spec.timeout_seconds)
         except Exception as exc:
-            return self._call_failed(tool, stats, started, exc)
+            return self._call_failed(tool, stats, started, number, exc)
         self.breaker.success()
         error = bool(getattr(result, "is_error", False))
         stats.record(time.monotonic() - started, error=error)
         text = convert.result_text(result.content, result.structured_content, error)
         return CallResult(text, error=error)
 
+    def _charge(self, number: int) -> None:
+        """One breaker failure per episode: calls already in flight when one was charged
+        (the others a crash or a hang hit) add none. A half-open probe started after every
+        charge so far, so its failure always counts."""
+        if number > self._charged_upto:
+            self._charged_upto = self._started_calls
+            self.breaker.failure()
+
     def _call_failed(
-        self, tool: str, stats: ToolStats, started: float, exc: Exception
+        self, tool: str, stats: ToolStats, started: float, number: int, exc: Exception
     ) -> CallResult:
         from mcp.shared.exceptions import MCPError
-        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+        from mcp_types import CONNECTION_CLOSED, PARSE_ERROR, REQUEST_TIMEOUT
 
         elapsed = time.monotonic() - started
         if isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT:
             stats.record(elapsed, timeout=True)
-            self.breaker.failure()
+            self._charge(number)
             self._probe = True  # hung tool or hung server? a ping tells
             self._wake.set()
             return CallResult(f"the tool {tool!r} on MCP server {self.name!r} did not answer "
                               f"within {self.spec.timeout_seconds:g} s", error=True)
         stats.record(elapsed, error=True)
         if isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED:
-            self.breaker.failure()
+            self._charge(number)
             return CallResult(f"MCP server {self.name!r} stopped while running {tool!r}; it is "
                               "being restarted, retry later", error=True)
+        if isinstance(exc, MCPError) and exc.code == PARSE_ERROR and exc.message == INVALID_MESSAGE:
+            self.breaker.success()  # it answered, if garbled: alive, and this call is over
+            return CallResult(f"MCP server {self.name!r} sent an invalid message in reply to "
+                              f"{tool!r}", error=True)
         if isinstance(exc, MCPError):
             self.breaker.success()  # it answered: the server is alive
             return CallResult(f"MCP server {self.name!r} rejected the call: {exc.message}",
@@ -404,10 +448,10 @@ class Host:
         async def one(server: Server) -> None:
             try:
                 await tg.start(server.run)
-            except ServerStartError as exc:
-                failures.append(str(exc))
             except Exception as exc:
-                failures.append(f"MCP server {server.name!r} could not start: {_describe(exc)}")
+                cause = _cause(exc)
+                failures.append(str(cause) if isinstance(cause, ServerStartError) else
+                                f"MCP server {server.name!r} could not start: {_describe(cause)}")
 
         started = time.monotonic()
         async with anyio.create_task_group() as boot:

@@ -6,6 +6,8 @@
 * `everything_command()`: npm's @modelcontextprotocol/server-everything, installed by
   `nox -s tests` into .nox/npm (skips with the reason where Node or the package is absent).
 * `time_command()`: PyPI's mcp-server-time from the test extra.
+* `raw_fixture_toml()`: tests/fakes/mcp_raw.py, hand-written JSON-RPC that writes the bytes a
+  test asks for (lone surrogates, invalid UTF-8, cut-off lines).
 """
 
 from __future__ import annotations
@@ -84,6 +86,12 @@ def python_fixture_toml(name: str = "fx", *, env: dict[str, str] | None = None,
                         timeout: float | None = None) -> str:
     return toml_server(name, [sys.executable, "-m", "tests.fakes.mcp_fixture"], env=env,
                        timeout=timeout, cwd=str(ROOT))
+
+
+def raw_fixture_toml(name: str = "raw", *, env: dict[str, str] | None = None,
+                     timeout: float | None = None) -> str:
+    return toml_server(name, [sys.executable, str(ROOT / "tests" / "fakes" / "mcp_raw.py")],
+                       env=env, timeout=timeout)
 
 
 def live_children(pid: int | None = None) -> list[int]:

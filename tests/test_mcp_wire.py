@@ -1,0 +1,81 @@
+"""Decoding a server's stdout lines (strict, then lenient) and checking arguments to write."""
+
+from __future__ import annotations
+
+import pytest
+from mcp_types import JSONRPCNotification, JSONRPCResponse
+
+from gantry.mcp.wire import decode, lone_surrogate, top_level_id
+
+HEAD = b'{"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "'
+
+
+def text_of(line: bytes) -> str:
+    message = decode(line).message
+    assert isinstance(message, JSONRPCResponse)
+    return str(message.result["content"][0]["text"])
+
+
+def test_a_valid_line_takes_the_strict_path_and_keeps_surrogate_pairs() -> None:
+    line = HEAD + b'\\ud83d\\ude00 ok"}]}}'
+    assert decode(line).repaired == () and text_of(line) == "\U0001f600 ok"
+
+
+@pytest.mark.parametrize(
+    ("raw", "text", "repaired"),
+    [
+        (b"cut: \\ud83d", "cut: \ufffd", ("lone surrogates",)),
+        (b"\\udc00 and \\ud83d\\ude00", "\ufffd and \U0001f600", ("lone surrogates",)),
+        (b"byte \xff here", "byte \ufffd here", ("invalid UTF-8",)),
+        (b"\xc3(\\ud800", "\ufffd(\ufffd", ("invalid UTF-8", "lone surrogates")),
+    ],
+)
+def test_lone_surrogates_and_invalid_utf8_become_replacement_characters(
+    raw: bytes, text: str, repaired: tuple[str, ...]
+) -> None:
+    line = HEAD + raw + b'"}]}}'
+    assert decode(line).repaired == repaired
+    assert text_of(line) == text
+
+
+def test_lone_surrogates_in_keys_and_notifications_are_replaced_too() -> None:
+    decoded = decode(b'{"jsonrpc": "2.0", "method": "notifications/message", '
+                     b'"params": {"level": "info", "data": {"k\\ud800": "v"}}}')
+    assert isinstance(decoded.message, JSONRPCNotification)
+    assert decoded.message.params == {"level": "info", "data": {"k\ufffd": "v"}}
+
+
+@pytest.mark.parametrize(
+    ("line", "reply_to"),
+    [
+        (HEAD + b"cut off", 7),  # not JSON: the id is read from the text
+        (b'{"jsonrpc": "2.0", "result": {"id": 1, "x": "{"}, "id": "abc"', "abc"),
+        (b'{"jsonrpc": "2.0", "id": 3}', 3),  # JSON, but neither result nor error
+        (b'{"jsonrpc": "2.0", "id": 3, "result": 5}', 3),
+        (b'{"jsonrpc": "2.0", "id": 3, "method": 5}', None),  # a request of its own
+        (b'{"jsonrpc": "2.0", "method": "x", "id": 4', None),
+        (b'{"jsonrpc": "2.0", "id": true}', None),
+        (b"listening on port 8080", None),
+        (b"[1, 2", None),
+    ],
+)
+def test_a_line_that_is_no_message_names_the_request_it_answers(
+    line: bytes, reply_to: int | str | None
+) -> None:
+    decoded = decode(line)
+    assert decoded.message is None and decoded.reply_to == reply_to
+
+
+def test_top_level_id_ignores_ids_nested_or_inside_strings() -> None:
+    assert top_level_id('{"a": {"id": 1}, "s": "\\"id\\": 2", "id": -5, "r": ') == -5
+    assert top_level_id('{"result": [{"id": 1}], "id": "x\\"y"') == 'x"y'
+    assert top_level_id('{"id": }') is None
+    assert top_level_id('{"a": 1') is None
+
+
+def test_lone_surrogate_names_where_it_is() -> None:
+    assert lone_surrogate({"text": "fine \U0001f600", "n": 3, "ok": [True, None]}) is None
+    assert lone_surrogate({"text": "half \ud83d"}) == "text"
+    assert lone_surrogate({"a": [1, {"b": "x\udfff"}]}) == "a.1.b"
+    assert lone_surrogate({"k\udc00": 1}) == "the key 'k\\udc00'"
+    assert lone_surrogate({"a": {"k\udc00": 1}}) == "a.'k\\udc00'"
