@@ -50,3 +50,16 @@ def test_backoff_grows_is_jittered_and_capped() -> None:
     assert all(s <= BACKOFF_CAP for s in steps)
     assert steps[-1] >= BACKOFF_CAP / 2
     assert len({round(backoff(3, rng), 6) for _ in range(5)}) > 1  # jitter
+
+
+def test_a_probe_that_ends_without_a_verdict_lets_the_next_call_probe() -> None:
+    clock = Clock()
+    b = Breaker(threshold=1, cooldown=10, clock=clock)
+    b.failure()
+    clock.now = 10
+    assert b.allow() and not b.allow()
+    b.settle()  # cancelled, or failed in a way that says nothing of the server
+    assert b.state == "half-open" and b.allow()
+    b.success()
+    b.settle()
+    assert b.state == "closed" and b.allow()

@@ -482,3 +482,33 @@ async def test_npm_server_everything_echo_and_env_isolation() -> None:
         assert "granted-value" in env.text
         assert SECRET not in env.text and "TELEGRAM_BOT_TOKEN" not in env.text
         assert "LLM_API_KEY" not in env.text
+
+
+async def test_a_half_open_probe_that_ends_without_a_verdict_does_not_lock_the_server_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A probe that is cancelled (its turn stopped) or fails in a way that says nothing of the
+    server (the SDK refusing a result) releases the probe: the next call probes again."""
+    async with running(raw_fixture_toml(timeout=HOUR)) as (host, reg):
+        server = host.servers["raw"]
+        server.breaker = Breaker(threshold=1, cooldown=0.0)
+        server.breaker.failure()
+        assert server.breaker.state == "half-open"
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(reg.call, "raw__hold", "{}")
+                await until(lambda: server.breaker.probing, what="the probe to start")
+                tg.cancel_scope.cancel()
+            assert server.breaker.state == "half-open" and not server.breaker.probing
+            real = server.session.call_tool
+
+            async def refuses(*args: object, **kw: object) -> object:
+                raise RuntimeError("Invalid structured content returned by tool")
+
+            monkeypatch.setattr(server.session, "call_tool", refuses)
+            odd = await reg.call("raw__echo", '{"text": "x"}')
+            assert odd.error and "RuntimeError" in odd.text
+            monkeypatch.setattr(server.session, "call_tool", real)
+            back = await reg.call("raw__echo", '{"text": "back"}')
+        assert (back.text, back.error) == ("back", False)
+        assert server.breaker.state == "closed"

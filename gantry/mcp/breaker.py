@@ -49,6 +49,12 @@ class Breaker:
         self.probing = True
         return True
 
+    def settle(self) -> None:
+        """End a call with no verdict (cancelled, or an error that says nothing of the
+        server's health): a half-open probe in flight is released so the next call probes,
+        instead of every later call being refused until a restart."""
+        self.probing = False
+
     def success(self) -> None:
         self.failures = 0
         self.opened_at = None

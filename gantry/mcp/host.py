@@ -368,6 +368,8 @@ class Server:
             result = await session.call_tool(tool, args, self.spec.timeout_seconds)
         except Exception as exc:
             return self._call_failed(tool, stats, started, number, exc)
+        finally:
+            self.breaker.settle()
         self.breaker.success()
         error = bool(getattr(result, "is_error", False))
         stats.record(time.monotonic() - started, error=error)
