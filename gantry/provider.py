@@ -350,11 +350,14 @@ class Provider:
         return ProviderError(self._scrub(message), **kwargs)
 
     def _transport_error(self, exc: httpx.HTTPError, *, during: str) -> ProviderError:
+        from gantry.tls import handshake_hint
+
         detail = str(exc) or "no detail"
+        tls = handshake_hint(detail)  # a TLS mismatch is configuration: retrying cannot help
         return self._error(
             f"{during} {self.shown_url} failed: {type(exc).__name__}: {detail}",
-            hint="check LLM_BASE_URL and that the provider is reachable",
-            retryable=_retryable_transport(exc),
+            hint=tls or "check LLM_BASE_URL and that the provider is reachable",
+            retryable=_retryable_transport(exc) and not tls,
         )
 
     async def _status_error(self, response: httpx.Response) -> ProviderError:
