@@ -56,7 +56,8 @@ def ca_context(environ: Mapping[str, str] | None = None) -> ssl.SSLContext:
 
 
 NOT_TLS_HINT = "the endpoint does not speak TLS: use http:// or check the port"
-UNTRUSTED_HINT = "the endpoint's certificate is not trusted: add its CA to the bundle SSL_CERT_FILE names"
+UNTRUSTED_HINT = ("the endpoint's certificate is not trusted: add its CA to the bundle "
+                  "SSL_CERT_FILE names")
 # OpenSSL's reasons for a peer that answered a ClientHello with something that is not TLS
 # (a plain-HTTP port): 1.1/3.0 say WRONG_VERSION_NUMBER, 3.2+ RECORD_LAYER_FAILURE.
 _NOT_TLS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
