@@ -264,3 +264,15 @@ def test_aigpt_parsing_and_ranking_never_crash(text: str) -> None:
         rows = []
     rank_local([*rows, Row("1", "fact", "", "tea")], text, 5)
     rank_local(rows, text, 5, every=True)
+
+
+async def test_rows_stored_over_gantry_mcp_memory_say_mcp(
+    spawn: Callable[..., Any], dirs: tuple[Path, Path]
+) -> None:
+    """docs/memory.md: `source=mcp` means the row came in via `gantry mcp-memory`, whichever
+    tool family wrote it (memory_store used to record `chat`)."""
+    port = await gantry_child(spawn, dirs)
+    await detect(port, "mem").store("person", "mom", "prefers calls over texts")
+    await port.call("save_memory", {"content": "(episode) gym: sent the blue route"})
+    store = MemoryStore(db.connect(dirs[0] / "gantry.db"))
+    assert sorted((r.subject, r.source) for r in store.rows()) == [("gym", "mcp"), ("mom", "mcp")]
