@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import anyio
 
 from gantry import __version__
-from gantry.channel.base import Inbound, ReplyStream, TurnFailed
+from gantry.channel.base import Inbound, ReplyStream, TurnFailed, unknown_command
 from gantry.prompt import assemble, system_text
 from gantry.session import (
     SessionStore,
@@ -198,6 +198,8 @@ class Agent:
                 return self.status(msg.session_id)
             if command in ("/help", "/start"):
                 return HELP
+            if not msg.scheduled and (unknown := unknown_command(msg.text)) is not None:
+                return unknown
             return await self._turn(msg.session_id, msg.text, stream, shared=msg.group)
         except TurnFailed as exc:
             if msg.scheduled:

@@ -161,8 +161,10 @@ def _model_failure(cfg: Config, exc: Any, ms: float) -> Result:
         return _fail("model", "TLS: the endpoint's certificate is not trusted",
                      "trust its CA via SSL_CERT_FILE (see the tls line)", ms)
     if status is None:
+        from gantry.tls import handshake_hint
+
         return _fail("model", f"cannot reach LLM_BASE_URL: {exc.message}",
-                     "check the URL, DNS and that the server is up", ms)
+                     handshake_hint(text) or "check the URL, DNS and that the server is up", ms)
     return _fail("model", text, "see the provider's message above", ms)
 
 

@@ -23,6 +23,14 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 _MCP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _BOT_TOKEN = re.compile(r"[0-9]+:[A-Za-z0-9_-]+")
+# `user:password@` before the host: after an optional scheme, with no / before the @.
+_LOGIN = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)[^/@]*@")
+URL_LOGIN_PROBLEM = (
+    "LLM_BASE_URL must not hold a user:password@ (not shown): gantry sends LLM_API_KEY as the "
+    "Authorization: Bearer header, and a login in the URL would replace it. A forward proxy's "
+    "login goes in HTTPS_PROXY (http://user:password@proxy:port); a gateway in front of the "
+    "model must take its token as LLM_API_KEY"
+)
 
 
 class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
@@ -200,7 +208,11 @@ def load(
 
     url = values.get("llm_base_url")
     if url is not None and not re.match(r"https?://[^/\s]+", url):
-        problems.append(f"LLM_BASE_URL must start with http:// or https://, got {url[:80]!r}")
+        problems.append(
+            f"LLM_BASE_URL must start with http:// or https://, got {hide_login(url)[:80]!r}"
+        )
+    elif url is not None and _LOGIN.match(url):
+        problems.append(URL_LOGIN_PROBLEM)
 
     channel = values.get("channel", "telegram")
     if channel not in CHANNELS:
@@ -254,6 +266,13 @@ def load(
     if problems:
         raise ConfigError(problems)
     return Config(**values)
+
+
+def hide_login(url: str) -> str:
+    """`url` fit for a message: a `user:password@` before its host replaced by a marker."""
+    from gantry.log import REDACTED
+
+    return _LOGIN.sub(lambda m: m.group(1) + REDACTED + "@", url, count=1)
 
 
 def _reported(problems: list[str]) -> set[str]:

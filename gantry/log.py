@@ -134,8 +134,16 @@ class TextFormatter(JsonFormatter):
 
 
 def _short(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    return json.dumps(text, ensure_ascii=False) if (not text or " " in text) else text
+    """A field value as a person reads it: a word bare, text with spaces in quotes, lists
+    and maps spelled out once (`files=[PERSONA.md, USER.md]`), never JSON inside quotes."""
+    if isinstance(value, str):
+        bare = value and not any(c.isspace() or c in '"\\,' for c in value)
+        return value if bare else json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_short(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_short(str(k))}: {_short(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 _LEVELS = {

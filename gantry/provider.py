@@ -227,18 +227,13 @@ class Provider:
                 "LLM_BASE_URL must be an http(s) URL like https://host/v1, got "
                 f"{url_without_credentials(url)!r}"
             )
-        # Credentials in the URL (a proxy's user:password) travel as a Basic auth header, as
-        # httpx would send them; the URL itself is kept without them, so neither gantry's
-        # errors nor httpx's request logs ever show them.
-        auth = httpx.BasicAuth(url.username, url.password) if url.userinfo else None
-        self.base_url = url_without_credentials(url).rstrip("/")
+        if url.userinfo:  # it would replace the Bearer key: config.load refuses it at boot
+            from gantry.config import URL_LOGIN_PROBLEM
+
+            raise ValueError(URL_LOGIN_PROBLEM)
+        self.base_url = str(url).rstrip("/")
         self.shown_url = self.base_url
-        # Everything that must never be shown: the key, and any credentials in the URL.
-        self._secrets = sorted(
-            {s for s in (api_key, url.password, url.userinfo.decode(),
-                         f"{url.username}:{url.password}" if url.password else "") if s},
-            key=len, reverse=True,
-        )
+        self._secrets = [api_key] if api_key else []
         self.model = model
         self.retry = retry or RetryPolicy()
         self._url = self.base_url + "/chat/completions"
@@ -253,7 +248,6 @@ class Provider:
             "timeout": httpx.Timeout(timeout, connect=min(timeout, 10.0)),
             "transport": transport,
             "verify": verify,
-            "auth": auth,
         }
         self._http: httpx.AsyncClient | None = None
 
@@ -356,11 +350,14 @@ class Provider:
         return ProviderError(self._scrub(message), **kwargs)
 
     def _transport_error(self, exc: httpx.HTTPError, *, during: str) -> ProviderError:
+        from gantry.tls import handshake_hint
+
         detail = str(exc) or "no detail"
+        tls = handshake_hint(detail)  # a TLS mismatch is configuration: retrying cannot help
         return self._error(
             f"{during} {self.shown_url} failed: {type(exc).__name__}: {detail}",
-            hint="check LLM_BASE_URL and that the provider is reachable",
-            retryable=_retryable_transport(exc),
+            hint=tls or "check LLM_BASE_URL and that the provider is reachable",
+            retryable=_retryable_transport(exc) and not tls,
         )
 
     async def _status_error(self, response: httpx.Response) -> ProviderError:

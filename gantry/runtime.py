@@ -12,7 +12,7 @@ import os
 import signal
 import ssl
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,39 +55,79 @@ class Turns:
     """Shields in-flight turns from the receive-side cancellation, so they can drain.
 
     Once closing, no new turn starts; a turn cut at the drain deadline raises TurnAborted
-    so the channel leaves its message pending rather than answering it.
+    so the channel leaves its message pending rather than answering it. A turn the user
+    stops (`Shielded.stop`) raises TurnStopped after `settle(session_id)` has closed it.
     """
 
     scopes: set[anyio.CancelScope] = field(default_factory=set)
     closing: bool = False
+    settle: Callable[[str], object] | None = None
 
-    def wrap(self, respond: Any) -> Any:
-        from gantry.channel.base import TurnAborted
-
-        async def shielded(msg: Any, stream: Any) -> str:
-            if self.closing:
-                raise TurnAborted
-            with anyio.CancelScope(shield=True) as scope:
-                self.scopes.add(scope)
-                try:
-                    return str(await respond(msg, stream))
-                finally:
-                    self.scopes.discard(scope)
-            raise TurnAborted
-
-        return shielded
+    def wrap(self, respond: Any) -> Shielded:
+        return Shielded(self, respond)
 
     def cancel_all(self) -> None:
         for scope in list(self.scopes):
             scope.cancel()
 
 
-def build_channel(cfg: Config, conn: Any, ssl_context: ssl.SSLContext | None = None) -> Any:
+class Shielded:
+    """`respond` with each turn in a shielded scope of `turns`; stoppable turn by turn."""
+
+    def __init__(self, turns: Turns, respond: Any) -> None:
+        self.turns = turns
+        self.respond = respond
+        self._running: dict[int, anyio.CancelScope] = {}  # id(msg) → its turn's scope
+        self._stopped: set[anyio.CancelScope] = set()
+
+    async def __call__(self, msg: Any, stream: Any) -> str:
+        from gantry.channel.base import TurnAborted, TurnStopped
+
+        if self.turns.closing:
+            raise TurnAborted
+        with anyio.CancelScope(shield=True) as scope:
+            self.turns.scopes.add(scope)
+            self._running[id(msg)] = scope
+            try:
+                return str(await self.respond(msg, stream))
+            finally:
+                self.turns.scopes.discard(scope)
+                del self._running[id(msg)]
+                stopped = scope in self._stopped
+                self._stopped.discard(scope)
+        if not stopped:
+            raise TurnAborted
+        if self.turns.settle is not None:
+            try:
+                self.turns.settle(msg.session_id)
+            except Exception:
+                log.exception("could not close the stopped turn's tool calls")
+        log.info("turn stopped by the user", extra={"session": msg.session_id})
+        raise TurnStopped
+
+    def stop(self, msg: Any) -> bool:
+        scope = self._running.get(id(msg))
+        if scope is None:
+            return False
+        self._stopped.add(scope)
+        scope.cancel()
+        return True
+
+
+def build_channel(
+    cfg: Config, conn: Any, ssl_context: ssl.SSLContext | None = None, agent: Any = None
+) -> Any:
     """The configured channel; aiogram is imported only for CHANNEL=telegram."""
     if cfg.channel == "stdio":
-        from gantry.channel.stdio import StdioChannel
+        from gantry.channel.stdio import Intro, StdioChannel
 
-        return StdioChannel(stream_replies=cfg.stream_replies)
+        def intro(session_id: str) -> Intro:  # the terminal REPL's start line
+            count, _chars = agent.sessions.stats(session_id)
+            summary = bool(agent.sessions.summary(session_id))
+            return Intro(cfg.llm_model, len(agent.tools), count, summary)
+
+        return StdioChannel(stream_replies=cfg.stream_replies,
+                            intro=intro if agent is not None else None)
     from gantry.channel.telegram import TelegramChannel
 
     return TelegramChannel(
@@ -218,7 +258,6 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
         tls = ca_context()
     except TLSConfigError as exc:
         raise BootError(str(exc)) from None
-    channel = build_channel(cfg, conn, tls)
     provider = Provider(cfg.llm_base_url, cfg.llm_api_key, cfg.llm_model, verify=tls)
     registry = Registry(result_max_chars=cfg.tool_result_max_chars)
     mcp_host = load_mcp(cfg, os.environ if environ is None else environ, registry)
@@ -233,7 +272,8 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
         tool_status=mcp_host.status_lines if mcp_host else None,
         router=build_router(cfg, registry, mcp_host),
     )
-    turns = Turns()
+    channel = build_channel(cfg, conn, tls, agent)
+    turns = Turns(settle=agent.sessions.close_open_calls)
     respond = turns.wrap(agent)
     cron = None
     if cfg.cron_enabled:

@@ -22,6 +22,7 @@ from gantry.wire.openai import (
 )
 
 KEEP_TOOL_RESULTS = 4
+STOPPED_RESULT = "error: the user stopped the turn before this call finished"
 
 
 def msg_chars(m: Message) -> int:
@@ -134,6 +135,18 @@ def plan_trim(history: Sequence[Message], max_messages: int, max_tokens: int) ->
     keep = sorted(i for u in kept for i in u)
     keep_set = set(keep)
     return Trim(keep, [i for i in range(len(history)) if i not in keep_set])
+
+
+def open_calls(history: Sequence[Message]) -> list[str]:
+    """Ids of the newest tool-call message's calls that have no result recorded."""
+    for i in range(len(history) - 1, -1, -1):
+        m = history[i]
+        if isinstance(m, AssistantMessage) and m.tool_calls:
+            done = {t.tool_call_id for t in history[i + 1 :] if isinstance(t, ToolMessage)}
+            return [c.id for c in m.tool_calls if c.id not in done]
+        if isinstance(m, UserMessage):
+            return []
+    return []
 
 
 def current_turn_start(history: Sequence[Message]) -> int:
@@ -263,6 +276,15 @@ class SessionStore:
             for i in dropped_ids:
                 self._exec("DELETE FROM session_message WHERE id = ?", (i,))
         return True
+
+    def close_open_calls(self, session_id: str) -> int:
+        """A stopped turn's calls without a result get one saying so, so the history never
+        holds a tool call the model would see unanswered; returns how many."""
+        _ids, history = self.load(session_id)
+        ids = open_calls(history)
+        self.append(session_id, [ToolMessage(tool_call_id=i, content=STOPPED_RESULT)
+                                 for i in ids])
+        return len(ids)
 
     def reset(self, session_id: str) -> None:
         """`/new`: forget the conversation (memory is untouched)."""

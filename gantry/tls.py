@@ -53,3 +53,23 @@ def ca_context(environ: Mapping[str, str] | None = None) -> ssl.SSLContext:
             f"{name}={where} cannot be read ({exc.strerror or exc}); point it at a PEM "
             "bundle of CA certificates or unset it"
         ) from None
+
+
+NOT_TLS_HINT = "the endpoint does not speak TLS: use http:// or check the port"
+UNTRUSTED_HINT = ("the endpoint's certificate is not trusted: add its CA to the bundle "
+                  "SSL_CERT_FILE names")
+# OpenSSL's reasons for a peer that answered a ClientHello with something that is not TLS
+# (a plain-HTTP port): 1.1/3.0 say WRONG_VERSION_NUMBER, 3.2+ RECORD_LAYER_FAILURE.
+_NOT_TLS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
+            "UNKNOWN_PROTOCOL", "HTTP_REQUEST")
+
+
+def handshake_hint(error_text: str) -> str:
+    """What to do about a failed TLS handshake, read from the error's text ("" if the text
+    is not one): the provider's errors and `gantry check`'s probes carry only the text."""
+    reason = error_text.upper().replace(" ", "_")
+    if any(marker in reason for marker in _NOT_TLS):
+        return NOT_TLS_HINT
+    if "CERTIFICATE_VERIFY_FAILED" in reason:
+        return UNTRUSTED_HINT
+    return ""

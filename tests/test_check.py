@@ -115,6 +115,16 @@ def test_unreachable_url(tmp_path: Path) -> None:
     assert "cannot reach LLM_BASE_URL" in _line(result.stdout, "model")
 
 
+def test_https_to_a_plain_http_port_says_it_does_not_speak_tls(tmp_path: Path) -> None:
+    with FakeOpenAI(api_key=KEY) as model:
+        url = model.base_url.replace("http://", "https://", 1)
+        result = _check(_env(tmp_path, url))
+        assert model.requests == []
+    assert result.returncode == 1
+    assert "cannot reach LLM_BASE_URL" in _line(result.stdout, "model")
+    assert "the endpoint does not speak TLS: use http:// or check the port" in result.stdout
+
+
 def test_bad_bot_token(tmp_path: Path) -> None:
     with FakeOpenAI(api_key=KEY) as model, FakeTelegram(token="7000000001:other") as tg:
         result = _check(_telegram_env(tmp_path, model.base_url, tg))

@@ -83,6 +83,23 @@ def test_secret_values_never_echoed() -> None:
     assert "TELEGRAM_BOT_TOKEN" in str(err.value)
 
 
+def test_login_in_llm_base_url_is_refused_without_echoing_it() -> None:
+    """A user:password@ in LLM_BASE_URL would replace the Bearer key: boot says where a
+    login goes instead, and neither the login nor a bad URL's login is ever echoed."""
+    for url in ("http://gantry:pr0xy-Secret@127.0.0.1:8080/v1",
+                "https://gantry:pr0xy-Secret@api.example/v1", "ftp://gantry:pr0xy-Secret@x/v1",
+                "gantry:pr0xy-Secret@127.0.0.1:8080/v1"):
+        with pytest.raises(ConfigError) as err:
+            config.load({**BASE, "LLM_BASE_URL": url})
+        msg = str(err.value)
+        assert len(err.value.problems) == 1 and "LLM_BASE_URL" in msg, msg
+        assert "pr0xy-Secret" not in msg and "gantry:p" not in msg, msg
+    assert "HTTPS_PROXY" in msg or "[REDACTED]@" in msg
+    with pytest.raises(ConfigError, match="HTTPS_PROXY"):
+        config.load({**BASE, "LLM_BASE_URL": "http://u:p@127.0.0.1/v1"})
+    assert config.load({**BASE, "LLM_BASE_URL": "http://127.0.0.1/v1/@team"}).llm_model
+
+
 def test_proxy_variables_are_checked_where_the_model_client_reads_them() -> None:
     """`proxy_env` (the process environment, for `run` and `check`) is checked with the rest,
     one problem per bad variable, its proxy login never echoed; None skips the check."""

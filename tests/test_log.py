@@ -135,6 +135,20 @@ def test_text_format_is_short_and_redacted() -> None:
     assert not line.startswith("{") and KEY not in line and TOKEN not in line
 
 
+def test_text_format_spells_out_lists_and_maps_without_json_escapes() -> None:
+    """`files="[\\"PERSONA.md\\", …]"` was JSON inside quotes; a person reads plain values."""
+    buf = io.StringIO()
+    log.setup("info", [KEY], stream=buf, fmt="text")
+    logging.getLogger("gantry.run").warning("persona loaded", extra={
+        "files": ["PERSONA.md", "USER.md"], "chars": 812, "tools": {"time": 2, "my notes": 1},
+        "empty": [], "none": None, "said": 'a "quoted" word', "paths": ["a b.md", KEY]})
+    line = buf.getvalue().strip()
+    assert line.endswith(
+        'persona loaded files=[PERSONA.md, USER.md] chars=812 tools={time: 2, "my notes": 1} '
+        'empty=[] none=null said="a \\"quoted\\" word" paths=["a b.md", [REDACTED]]'), line
+    assert "\\\\" not in line and KEY not in line
+
+
 def test_auto_format_follows_the_terminal() -> None:
     assert log.resolve_format("auto", _Tty()) == "text"
     assert log.resolve_format("auto", io.StringIO()) == "json"

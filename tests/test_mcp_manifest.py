@@ -171,3 +171,12 @@ def test_any_manifest_decodes_or_fails_with_named_problems(
         assert str(exc).startswith("MCP manifest")
         return
     assert len({s.name for s in specs}) == len(specs)
+
+
+def test_errors_point_at_what_exists_outside_a_clone() -> None:
+    """deploy/mcp.toml is in the repository only; a binary's operator has docs and `init`."""
+    with pytest.raises(ManifestError) as info:
+        parse("[[server]]\nname = 'x'\n", ENV)
+    text = str(info.value)
+    assert "deploy/mcp.toml" not in text
+    assert "docs/mcp.md" in text and "gantry init --manifest" in text

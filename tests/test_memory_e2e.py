@@ -131,7 +131,7 @@ def test_gantry_mcp_memory_as_the_backend(
         return [f"({k}) {s}: {c}" for k, s, c, _src in rows]
 
     store_recall_forget(g, fake, stored)
-    assert {row[3] for row in seen[0]} == {"chat"}
+    assert {row[3] for row in seen[0]} == {"mcp"}  # came in over `gantry mcp-memory`
     assert sqlite_rows(g.data_dir / "gantry.db") == []  # gantry's builtin store never used
     g.send("/status")
     status = g.expect("memory: mcp:mem (mcp:mem memory_* tools)\n")

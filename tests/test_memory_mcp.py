@@ -374,3 +374,15 @@ def test_aigpt_forget_by_id_keeps_the_rest_exactly(texts: list[str], data: Any) 
     deleted, _ = anyio.run(AigptMemory(port, "x").forget, f"{victim:013d}", None)
     assert len(deleted) == 1
     assert port.texts == texts[:victim] + texts[victim + 1:]
+
+
+async def test_rows_stored_over_gantry_mcp_memory_say_mcp(
+    spawn: Callable[..., Any], dirs: tuple[Path, Path]
+) -> None:
+    """docs/memory.md: `source=mcp` means the row came in via `gantry mcp-memory`, whichever
+    tool family wrote it (memory_store used to record `chat`)."""
+    port = await gantry_child(spawn, dirs)
+    await detect(port, "mem").store("person", "mom", "prefers calls over texts")
+    await port.call("save_memory", {"content": "(episode) gym: sent the blue route"})
+    store = MemoryStore(db.connect(dirs[0] / "gantry.db"))
+    assert sorted((r.subject, r.source) for r in store.rows()) == [("gym", "mcp"), ("mom", "mcp")]

@@ -133,7 +133,7 @@ def test_usable_proxy_variables_pass_boot(tmp_path: Path) -> None:
 @pytest.fixture
 def cfg_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "p").mkdir(exist_ok=True)
-    for key, value in _env(tmp_path, "http://user:pr0xy-pw-123@127.0.0.1:9/v1").items():
+    for key, value in _env(tmp_path, "http://127.0.0.1:9/v1").items():
         monkeypatch.setenv(key, value)
 
 

@@ -491,3 +491,24 @@ def test_heartbeat_status_while_running_and_after_exit(
     assert stopped.returncode == 1, stopped.stdout + stopped.stderr
     assert stopped.stdout.startswith("unhealthy: gantry stopped cleanly"), stopped.stdout
     g.assert_clean()
+
+
+# ----------------------------------------------------------------------------- URL login
+
+
+def test_login_in_llm_base_url_stops_boot_before_any_call(tmp_path: Path) -> None:
+    """Behind a proxy that wants Basic auth the URL login would replace the Bearer key and
+    every call would be a 401: boot refuses it, names where a login goes, shows neither."""
+    password = "pr0xy-s3cret-9"
+    proxy = FakeOpenAI(api_key=KEY, basic_auth=("gantry", password))
+    proxy.start_in_thread()
+    g = Gantry(tmp_path, proxy.credentialed_url, {})
+    try:
+        assert g.wait_exit() == 1
+    finally:
+        g.kill()
+        proxy.stop()
+    assert proxy.requests == []
+    assert "LLM_BASE_URL must not hold a user:password@" in g.stderr
+    assert "HTTPS_PROXY" in g.stderr and "Traceback" not in g.stderr
+    assert password not in g.stderr + g.stdout and "gantry:pr0xy" not in g.stderr

@@ -12,7 +12,14 @@ from aiogram.exceptions import TelegramNetworkError
 from gantry import db
 from gantry.channel.telegram import TelegramChannel
 from gantry.provider import Provider, ProviderError, RetryPolicy
-from gantry.tls import TLSConfigError, ca_context, ca_source
+from gantry.tls import (
+    NOT_TLS_HINT,
+    UNTRUSTED_HINT,
+    TLSConfigError,
+    ca_context,
+    ca_source,
+    handshake_hint,
+)
 from gantry.wire.openai import UserMessage
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.pki import PKI
@@ -105,8 +112,36 @@ async def test_model_calls_trust_the_chosen_ca(tmp_path: Path, pki: PKI) -> None
                               retry=RetryPolicy(max_attempts=1))
         async with trusting, untrusting:
             assert await trusting.complete([UserMessage("hi")])
-            with pytest.raises(ProviderError, match="CERTIFICATE_VERIFY_FAILED"):
+            with pytest.raises(ProviderError, match="CERTIFICATE_VERIFY_FAILED") as caught:
                 await untrusting.complete([UserMessage("hi")])
+    assert caught.value.hint == UNTRUSTED_HINT and not caught.value.retryable
+
+
+@pytest.mark.anyio
+async def test_https_to_a_plain_http_port_says_so_and_is_not_retried() -> None:
+    """The OpenSSL reason (WRONG_VERSION_NUMBER) alone left the operator guessing; a wrong
+    scheme is configuration, so it is not retried either."""
+    async with FakeOpenAI() as fake:
+        url = fake.base_url.replace("http://", "https://", 1)
+        async with Provider(url, "sk-x", "fake-model") as provider:
+            with pytest.raises(ProviderError) as caught:
+                await provider.complete([UserMessage("hi")])
+    assert caught.value.hint == NOT_TLS_HINT and not caught.value.retryable
+    assert str(caught.value).endswith(f"({NOT_TLS_HINT})")
+    assert fake.requests == []
+
+
+@pytest.mark.parametrize(("text", "hint"), [
+    ("ConnectError: [SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1006)",
+     NOT_TLS_HINT),
+    ("ConnectError: [SSL] record layer failure (_ssl.c:1020)", NOT_TLS_HINT),
+    ("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate",
+     UNTRUSTED_HINT),
+    ("ConnectError: [Errno 111] Connection refused", ""),
+    ("ReadTimeout: ", ""),
+])
+def test_handshake_hint_reads_openssl_reasons(text: str, hint: str) -> None:
+    assert handshake_hint(text) == hint
 
 
 def test_a_pinned_server_certificate_is_accepted(pki: PKI) -> None:

@@ -7,12 +7,17 @@ returns; with streaming on, it passes a ReplyStream that shows the reply as it g
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import msgspec
 
 Progress = Callable[[int, int], None]
+
+COMMANDS = frozenset({"/new", "/status", "/help", "/start"})
+"""The commands the agent answers itself (`/start` is Telegram's first message)."""
+_COMMAND = re.compile(r"/[A-Za-z][A-Za-z0-9_]{0,31}(?:@[A-Za-z0-9_]+)?")
 
 
 class TurnAborted(Exception):
@@ -27,6 +32,24 @@ class TurnFailed(Exception):
         super().__init__(reason)
         self.reason = reason
         self.reply = reply
+
+
+class TurnStopped(Exception):
+    """The user stopped the turn (the REPL's Ctrl-C): nothing is replied, the session is left
+    consistent (a stopped tool call gets a result saying so), the process carries on."""
+
+
+def unknown_command(text: str) -> str | None:
+    """The reply to a command-shaped first word the agent does not know, else None: a typo
+    such as `/stauts` is answered, not sent to the model as a message. (`/usr/bin …` is no
+    command: a command is a word of letters, digits and underscores after the slash.)"""
+    words = text.strip().split(maxsplit=1)
+    if not words or not _COMMAND.fullmatch(words[0]):
+        return None
+    command = words[0].split("@", 1)[0].lower()
+    if command in COMMANDS:
+        return None
+    return f"Unknown command {command}. /help lists the commands."
 
 
 class Inbound(msgspec.Struct, frozen=True):
@@ -71,6 +94,15 @@ class Responder(Protocol):
     """The agent side: the reply text for a message (commands included)."""
 
     async def __call__(self, msg: Inbound, stream: ReplyStream | None) -> str: ...
+
+
+@runtime_checkable
+class Stoppable(Protocol):
+    """A responder whose running turns can be stopped (gantry.runtime's shielded wrapper)."""
+
+    def stop(self, msg: Inbound) -> bool:
+        """Stop the turn answering `msg` (its call raises TurnStopped); False if none runs."""
+        ...
 
 
 class Channel(Protocol):

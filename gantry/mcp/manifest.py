@@ -41,7 +41,8 @@ class ManifestError(Exception):
         self.problems = problems
         lines = [f"MCP manifest {path} has {len(problems)} problem(s):"]
         lines += [f"  - {p}" for p in problems]
-        lines.append("See deploy/mcp.toml for the format.")
+        lines.append("The format: docs/mcp.md, or the commented sample `gantry init --manifest "
+                     "PATH` writes (it never overwrites).")
         super().__init__("\n".join(lines))
 
 

@@ -44,6 +44,13 @@ AIGPT_TOOLS: list[dict[str, Any]] = [
 ]
 
 
+class ServedMemory(BuiltinMemory):
+    """memory_store over `gantry mcp-memory`: its rows record that they came in over MCP."""
+
+    async def store(self, kind: str, subject: str, content: str) -> tuple[Any, bool]:
+        return self.db.add(kind, subject, content, source="mcp")
+
+
 @dataclass
 class MemoryService:
     """The tool logic, transport-free (so it is testable without a process)."""
@@ -55,7 +62,7 @@ class MemoryService:
     max_records: int = DEFAULT_MAX_RECORDS
 
     def __post_init__(self) -> None:
-        self.builtin = {t.name: t for t in memory_tools(BuiltinMemory(self.store))}
+        self.builtin = {t.name: t for t in memory_tools(ServedMemory(self.store))}
 
     def tool_specs(self) -> list[dict[str, Any]]:
         mine = [{"name": t.name, "description": t.description, "inputSchema": t.parameters}
