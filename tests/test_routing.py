@@ -19,7 +19,7 @@ from gantry.mcp.routing import (
     search_tool,
     words,
 )
-from gantry.tools import CALLER, Registry, Tool
+from gantry.tools import CALLER, Registry, Source, Tool, mcp_source
 
 TOPICS = {
     "weather": ("get_current_weather", "Current weather conditions for a city", "city"),
@@ -36,8 +36,9 @@ async def _noop(args: dict[str, Any]) -> str:
 
 
 def _tool(name: str, desc: str, param: str, source: str) -> Tool:
+    """An MCP server's tool, or a built-in one for the source "builtin"."""
     schema = {"type": "object", "properties": {param: {"type": "string", "description": param}}}
-    return Tool(name, desc, schema, _noop, source)
+    return Tool(name, desc, schema, _noop, Source(source, mcp=source != "builtin"))
 
 
 def _registry(filler: int) -> Registry:
@@ -51,7 +52,7 @@ def _registry(filler: int) -> Registry:
 
 
 def _router(reg: Registry, **kw: Any) -> Router:
-    router = Router(reg, lambda t: t.source in ("srv", "misc"), **kw)
+    router = Router(reg, **kw)
     reg.register(search_tool(router))
     return router
 
@@ -136,7 +137,8 @@ def test_index_follows_catalog_changes() -> None:
     reg = _registry(filler=100)
     router = _router(reg, max_per_turn=3)
     assert router.search("kubernetes pods") == []
-    reg.replace_source("srv", [_tool("srv__list_pods", "List kubernetes pods", "ns", "srv")])
+    reg.replace_source(mcp_source("srv"),
+                       [_tool("srv__list_pods", "List kubernetes pods", "ns", "srv")])
     assert [t.name for t in router.search("kubernetes pods")] == ["srv__list_pods"]
     assert "srv__send_email" not in {t.name for t in router.search("send email")}
 

@@ -6,15 +6,16 @@ from typing import Any
 
 import pytest
 
-from gantry.tools import Registry, Tool, truncate
+from gantry.tools import Registry, Source, Tool, mcp_source, truncate
 
 
 async def _echo(args: dict[str, Any]) -> str:
     return str(args)
 
 
-def tool(name: str, source: str = "srv") -> Tool:
-    return Tool(name, f"{name} tool", {"type": "object"}, _echo, source)
+def tool(name: str, source: str = "srv", *, builtin: bool = False) -> Tool:
+    origin = Source(source) if builtin else mcp_source(source)
+    return Tool(name, f"{name} tool", {"type": "object"}, _echo, origin)
 
 
 def test_names_and_collisions() -> None:
@@ -32,8 +33,8 @@ def test_replace_source_swaps_only_that_source() -> None:
     reg = Registry()
     reg.register(tool("srv__a"))
     reg.register(tool("srv__b"))
-    reg.register(tool("mem__x", source="memory"))
-    reg.replace_source("srv", [tool("srv__c")])
+    reg.register(tool("mem__x", source="memory", builtin=True))
+    reg.replace_source(mcp_source("srv"), [tool("srv__c")])
     assert reg.names() == ["mem__x", "srv__c"]
     assert [s.function.name for s in reg.schemas()] == ["mem__x", "srv__c"]
 
