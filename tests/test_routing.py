@@ -19,7 +19,7 @@ from gantry.mcp.routing import (
     search_tool,
     words,
 )
-from gantry.tools import CALLER, Registry, Source, Tool, mcp_source
+from gantry.tools import CALLER, Registry, Source, Tool, mcp_source, offered
 
 TOPICS = {
     "weather": ("get_current_weather", "Current weather conditions for a city", "city"),
@@ -102,6 +102,22 @@ def test_large_catalog_offers_the_right_tool(query: str, want: str) -> None:
     assert want in offer.names
     assert "memory_recall" in offer.names and SEARCH_TOOL in offer.names  # always on
     assert len([n for n in offer.names if n.startswith(("srv__", "misc__"))]) <= 5
+
+
+def test_offered_asks_the_router_without_touching_its_last_call() -> None:
+    """`/status` and `gantry tools list` ask the same function as the request (issue 24
+    #14), and asking must not change what the routing line says the last call carried."""
+    reg = _registry(filler=100)
+    router = _router(reg, max_per_turn=5)
+    sent = router.offer("s", ["email Bob the report"])
+    shown = offered(reg, router, "s")
+    assert router.last is sent
+    assert shown.routed and shown.names == ["memory_recall", SEARCH_TOOL]
+    assert [t.builtin for t in shown.tools] == [True, True]
+    assert shown.summary() == (
+        f"tools offered: 2 (2 built in), ~{shown.schema_tokens} schema tokens per request "
+        "(est.); routed: each message also gets the best of 106 MCP tools, at most 5")
+    assert offered(reg, router, "s", ["email Bob the report"]).names == sent.names
 
 
 def test_sticky_and_always_tools_stay_offered() -> None:
