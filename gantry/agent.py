@@ -26,7 +26,7 @@ from gantry.session import (
     plan_trim,
     render_for_summary,
 )
-from gantry.tools import CALLER, Registry
+from gantry.tools import CALLER, Registry, offered
 from gantry.wire.openai import (
     AssistantMessage,
     Completion,
@@ -233,7 +233,7 @@ class Agent:
             f"model: {self.model.model}",
             f"history: {n} messages, ~{est_tokens(chars)} tokens (est.)",
             f"summary: {summary}",
-            f"tools: {len(self.tools)}",
+            offered(self.tools, self.router, session_id).summary(),
         ]
         lines += [f"mcp {line}" for line in (self.tool_status() if self.tool_status else [])]
         if self.router is not None:
@@ -333,10 +333,10 @@ class Agent:
     def _offer(self, session_id: str, texts: list[str], shared: bool) -> list[ToolDef] | None:
         """The tools for the next model call: every one, or the routed few for big catalogs
         (never the private ones in a shared chat)."""
-        if self.router is None:
-            return self.tools.schemas(shared=shared) or None
-        names = self.router.offer(session_id, texts).names
-        return self.tools.schemas(names, shared=shared) or None
+        offer = offered(self.tools, self.router, session_id, texts, shared=shared)
+        if self.router is not None:
+            self.router.record(offer)
+        return offer.schemas() or None
 
     def _end_routing(self, session_id: str) -> None:
         if self.router is not None:

@@ -100,10 +100,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="maximum heartbeat age in seconds (default 60)")
     st.add_argument("--data-dir", default=None, metavar="DIR",
                     help="override DATA_DIR (default: $DATA_DIR or /data)")
-    tools = sub.add_parser("tools", help="the MCP tool catalog: list it, or rank it for a query")
+    tools = sub.add_parser("tools", help="the tools the model is offered: list them, or rank the "
+                           "MCP catalog for a query")
     tools_sub = tools.add_subparsers(dest="action", metavar="{list,search}", required=True)
     tl = tools_sub.add_parser(
-        "list", help="start the MCP manifest's servers and list the tools the model sees")
+        "list", help="list the tools the model is offered (built-in and the MCP manifest's "
+        "servers', which are started and stopped)")
     ts = tools_sub.add_parser(
         "search", help="which tools a message would be offered, ranked, one name per line")
     ts.add_argument("query", nargs="?", default="", help="the message to rank the tools for")
@@ -260,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
             from gantry.mcp.listing import search as tools_search
 
             return tools_search(args.env_file, args.query, args.catalog, args.top, args.queries)
-        from gantry.mcp.listing import main as tools_main
+        from gantry.toolset import main as tools_main
 
         return tools_main(args.env_file)
     if command == "cron":

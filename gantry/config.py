@@ -170,14 +170,16 @@ def _check_tz(raw: str, problems: list[str]) -> None:
 
 
 def load(
-    environ: Mapping[str, str] | None = None, *, proxy_env: Mapping[str, str] | None = None
+    environ: Mapping[str, str] | None = None, *, proxy_env: Mapping[str, str] | None = None,
+    offline: bool = False,
 ) -> Config:
     """Build a Config from `environ` (default: os.environ) or raise ConfigError.
 
     An empty variable counts as unset, so compose's `X=` falls back to the default.
     `proxy_env` is where the model client will read its proxy variables (httpx reads the
     process environment, never an env file); None skips that check for commands that make
-    no model call.
+    no model call. `offline`: for commands that reach neither the model nor Telegram
+    (`gantry tools list`), whose settings may then be absent (left empty).
     """
     env = os.environ if environ is None else environ
     problems: list[str] = []
@@ -199,7 +201,9 @@ def load(
             values[f.name] = parsed
 
     for field in REQUIRED:
-        if field not in values and env_name(field) not in _reported(problems):
+        if offline:
+            values.setdefault(field, "")
+        elif field not in values and env_name(field) not in _reported(problems):
             problems.append(f"{env_name(field)} is required but not set")
 
     api = values.get("telegram_api_url")
@@ -207,17 +211,17 @@ def load(
         problems.append(f"TELEGRAM_API_URL must start with http:// or https://, got {api[:80]!r}")
 
     url = values.get("llm_base_url")
-    if url is not None and not re.match(r"https?://[^/\s]+", url):
+    if url and not re.match(r"https?://[^/\s]+", url):
         problems.append(
             f"LLM_BASE_URL must start with http:// or https://, got {hide_login(url)[:80]!r}"
         )
-    elif url is not None and _LOGIN.match(url):
+    elif url and _LOGIN.match(url):
         problems.append(URL_LOGIN_PROBLEM)
 
     channel = values.get("channel", "telegram")
     if channel not in CHANNELS:
         problems.append(f"CHANNEL must be one of {', '.join(CHANNELS)}, got {channel[:40]!r}")
-    if channel == "telegram":
+    if channel == "telegram" and not offline:
         for field in REQUIRED_FOR_TELEGRAM:
             name = env_name(field)
             if field not in values and name not in _reported(problems):

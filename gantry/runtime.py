@@ -226,9 +226,8 @@ def build_router(cfg: Config, registry: Any, host: Any) -> Any:
         return None
     from gantry.mcp.routing import Router, search_tool
 
-    servers = set(host.names())
-    router = Router(registry, lambda t: t.source in servers, cfg.tools_max_per_turn,
-                    cfg.tools_always_list)
+    router = Router(registry, max_per_turn=cfg.tools_max_per_turn,
+                    always=cfg.tools_always_list)
     registry.register(search_tool(router))
     return router
 
@@ -248,7 +247,7 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
     from gantry.provider import Provider
     from gantry.session import SessionStore
     from gantry.tls import TLSConfigError, ca_context
-    from gantry.tools import Registry
+    from gantry.tools import Registry, offered
 
     db.ensure_data_dir(cfg.data_dir)
     conn = db.connect(cfg.db_path)
@@ -287,7 +286,7 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
     )
 
     def ready() -> None:
-        counts = {"tools": len(registry)}
+        counts = {"tools": len(offered(registry, agent.router))}
         if mcp_host is not None:
             counts["MCP servers"] = len(mcp_host.names())
         sdnotify.notify("READY=1\nSTATUS=" + sdnotify.status_line(channel.name, **counts))

@@ -1,7 +1,9 @@
 """The tool registry: one shape for every tool the model may call.
 
 MCP servers, the built-in memory tools and the cron tools all plug in the same way: a
-`Tool` with a name, a JSON-Schema and an async `call`. The agent only sees this registry.
+`Tool` with a name, a JSON-Schema and an async `call`. The agent only sees this registry,
+and `offered()` says which of its tools one model call carries (the request, `/status` and
+`gantry tools list` all use it).
 """
 
 from __future__ import annotations
@@ -10,11 +12,14 @@ import json
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
+import msgspec
+
+from gantry.session import est_tokens
 from gantry.wire.openai import FunctionDef, ToolDef
 
 log = logging.getLogger("gantry.tools")
@@ -34,8 +39,28 @@ class ToolError(Exception):
 
 
 @dataclass(frozen=True)
+class Source:
+    """Who registered a tool, the key of bulk (un)registration. Built-in parts and MCP
+    servers are separate namespaces, so a server named `memory` or `cron` replacing its own
+    tools can never touch gantry's memory_* or cron_* tools."""
+
+    name: str
+    mcp: bool = False
+
+    def __str__(self) -> str:
+        return f"MCP server {self.name!r}" if self.mcp else f"built-in {self.name}"
+
+
+BUILTIN = Source("builtin")
+
+
+def mcp_source(server: str) -> Source:
+    return Source(server, mcp=True)
+
+
+@dataclass(frozen=True)
 class Tool:
-    """One callable tool. `source` groups tools for bulk (un)registration, e.g. an MCP server.
+    """One callable tool; `source` groups tools for bulk (un)registration.
 
     `private` tools read or change the owner's private data (long-term memory): a turn whose
     reply others read (a group chat) is neither offered them nor allowed to run them.
@@ -45,11 +70,20 @@ class Tool:
     description: str
     parameters: dict[str, Any]
     call: ToolFn
-    source: str = "builtin"
+    source: Source = BUILTIN
     private: bool = False
+
+    @property
+    def builtin(self) -> bool:
+        return not self.source.mcp
 
     def schema(self) -> ToolDef:
         return ToolDef(FunctionDef(self.name, self.description or None, self.parameters))
+
+    def tokens(self) -> int:
+        """The estimated tokens (chars/4) this tool's definition costs in every request: the
+        JSON that goes on the wire."""
+        return est_tokens(len(msgspec.json.encode(self.schema()).decode()))
 
 
 @dataclass(frozen=True)
@@ -84,7 +118,7 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._tools)
 
-    def source(self, name: str) -> str | None:
+    def source(self, name: str) -> Source | None:
         """Which source registered `name` (None if no such tool)."""
         tool = self._tools.get(name)
         return tool.source if tool else None
@@ -106,12 +140,16 @@ class Registry:
         self._tools[tool.name] = tool
         self.version += 1
 
-    def replace_source(self, source: str, tools: Iterable[Tool]) -> None:
+    def replace_source(self, source: Source, tools: Iterable[Tool]) -> None:
         """Swap every tool of `source` for `tools` (an MCP server restarted or changed)."""
+        new = list(tools)
+        stray = [t.name for t in new if t.source != source]
+        if stray:
+            raise ValueError(f"tools {stray} do not belong to {source}")
         for name in [n for n, t in self._tools.items() if t.source == source]:
             del self._tools[name]
         self.version += 1
-        for tool in tools:
+        for tool in new:
             self.register(tool)
 
     def schemas(
@@ -170,3 +208,56 @@ class Registry:
         log.warning("tool call failed", extra={"tool": name, "error": message[:300]})
         text = truncate(f"error: {message}", self.result_max_chars)
         return ToolResult(text, error=True, chars=len(text))
+
+
+@dataclass(frozen=True)
+class Offer:
+    """The tools one model call carries. When `routed`, each call also gets the best of the
+    `catalog` MCP tools for its message, at most `per_call` of them."""
+
+    tools: tuple[Tool, ...]
+    routed: bool = False
+    catalog: int = 0
+    per_call: int = 0
+
+    def __len__(self) -> int:
+        return len(self.tools)
+
+    @property
+    def names(self) -> list[str]:
+        return [t.name for t in self.tools]
+
+    @property
+    def schema_tokens(self) -> int:
+        return sum(t.tokens() for t in self.tools)
+
+    def schemas(self) -> list[ToolDef]:
+        return [t.schema() for t in self.tools]
+
+    def summary(self) -> str:
+        """The line `/status` and `gantry tools list` both print: count, built-ins, cost."""
+        builtin = sum(t.builtin for t in self.tools)
+        line = (f"tools offered: {len(self.tools)} ({builtin} built in), "
+                f"~{self.schema_tokens} schema tokens per request (est.)")
+        if self.routed:
+            line += (f"; routed: each message also gets the best of {self.catalog} MCP "
+                     f"tools, at most {self.per_call}")
+        return line
+
+
+class Selector(Protocol):
+    """What `offered` needs of a tool router (gantry.mcp.routing.Router)."""
+
+    def select(self, session: str, texts: Sequence[str]) -> Offer: ...
+
+
+def offered(registry: Registry, router: Selector | None = None, session: str = "",
+            texts: Sequence[str] = (), *, shared: bool = False) -> Offer:
+    """The tool set one model call of `session` carries, `texts` being its messages newest
+    first: every registered tool, or the router's choice for a big catalog, less the private
+    ones in a `shared` turn. The request, `/status` and `gantry tools list` all ask this, so
+    they cannot disagree."""
+    offer = Offer(tuple(registry.tools())) if router is None else router.select(session, texts)
+    if not shared:
+        return offer
+    return replace(offer, tools=tuple(t for t in offer.tools if not t.private))

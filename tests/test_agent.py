@@ -16,7 +16,7 @@ from gantry.agent import CAP_NOTE, TURN_FAILED, Agent
 from gantry.channel.base import Inbound
 from gantry.provider import Provider, RetryPolicy
 from gantry.session import SessionStore
-from gantry.tools import Registry, Tool, ToolError
+from gantry.tools import Registry, Tool, ToolError, mcp_source
 from tests.fakes.openai import Call, FakeOpenAI, HTTPError, Reply, ToolCalls
 
 pytestmark = pytest.mark.anyio
@@ -55,9 +55,10 @@ def make_agent(fake: FakeOpenAI, tmp_path: Path, **kw: Any) -> Agent:
     async def big(args: dict[str, Any]) -> str:
         return "x" * 50_000
 
-    registry.register(Tool("calc__add", "add two numbers", {"type": "object"}, add, "calc"))
-    registry.register(Tool("calc__broken", "always fails", {"type": "object"}, broken, "calc"))
-    registry.register(Tool("calc__big", "huge output", {"type": "object"}, big, "calc"))
+    calc = mcp_source("calc")
+    registry.register(Tool("calc__add", "add two numbers", {"type": "object"}, add, calc))
+    registry.register(Tool("calc__broken", "always fails", {"type": "object"}, broken, calc))
+    registry.register(Tool("calc__big", "huge output", {"type": "object"}, big, calc))
     return Agent(model=provider, sessions=SessionStore(db.connect(tmp_path / "g.db")),
                  tools=registry, persona=lambda: "You are Tim.", **kw)
 
@@ -132,7 +133,8 @@ async def test_commands(fake: FakeOpenAI, tmp_path: Path) -> None:
     agent = make_agent(fake, tmp_path)
     await agent(msg("one"))
     status = await agent(msg("/status"))
-    assert "history: 2 messages" in status and "(est.)" in status and "tools: 3" in status
+    assert "history: 2 messages" in status and "(est.)" in status
+    assert "\ntools offered: 3 (0 built in), ~" in status
     assert "model: fake-model" in status and "summary: no" in status
     assert "/new" in await agent(msg("/help"))
     await agent(msg("/new@gantry_bot"))
@@ -373,7 +375,7 @@ async def test_tool_calls_of_one_message_run_concurrently_results_in_model_order
         finished.append(args["tag"])
         return args["tag"]
 
-    agent.tools.register(Tool("t__slow", "slow", {"type": "object"}, slow, "t"))
+    agent.tools.register(Tool("t__slow", "slow", {"type": "object"}, slow, mcp_source("t")))
     fake.push(ToolCalls([Call("t__slow", {"delay": 0.3, "tag": "first"}, id="a"),
                          Call("t__slow", {"delay": 0.0, "tag": "second"}, id="b")]),
               Reply("done"))
@@ -405,7 +407,8 @@ async def test_a_retried_turn_resumes_and_reruns_no_finished_call(
             await anyio.sleep(3600)
         return f"did {args['n']}"
 
-    agent.tools.register(Tool("t__effect", "side effect", {"type": "object"}, effect, "t"))
+    agent.tools.register(
+        Tool("t__effect", "side effect", {"type": "object"}, effect, mcp_source("t")))
     fake.push(
         ToolCalls([Call("t__effect", {"n": "1"}, id="r1")]),
         ToolCalls([Call("t__effect", {"n": "2"}, id="r2a"),
@@ -419,7 +422,8 @@ async def test_a_retried_turn_resumes_and_reruns_no_finished_call(
         ran.append(args["n"])
         return f"did {args['n']}"
 
-    agent.tools.replace_source("t", [Tool("t__effect", "e", {"type": "object"}, effect_ok, "t")])
+    agent.tools.replace_source(
+        mcp_source("t"), [Tool("t__effect", "e", {"type": "object"}, effect_ok, mcp_source("t"))])
     fake.push(Reply("booked"))
     assert await agent(msg("book it")) == "booked"
     assert ran == ["1", "2", "3-hang", "3-hang"]  # only the unfinished call ran again

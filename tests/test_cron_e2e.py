@@ -79,7 +79,8 @@ def test_stdio_cron_disabled_offers_no_tools(
     g.ask("hi", "echo: hi")
     assert "tools" not in fake.requests[0].body
     g.send("/status")
-    assert "cron:" not in g.expect("\ntools: 0\n")
+    status = g.expect("schema tokens per request (est.)\n")
+    assert "\ntools offered: 0 (0 built in)" in status and "cron:" not in status
     assert g.stop() == 0
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.mcp_servers import (
+    everything_command,
     python_fixture_toml,
     static_fixture,
     time_command,
@@ -183,19 +184,77 @@ def test_without_servers_mcp_is_never_imported(tmp_path: Path, fake: FakeOpenAI)
     assert "MCP_IMPORTED []" in proc.stderr
 
 
-def test_tools_list_cli(tmp_path: Path) -> None:
-    path = manifest(tmp_path, toml_server("st", [str(static_fixture())]))
-    env = {"PATH": os.environ.get("PATH", ""), "MCP_MANIFEST": path}
-    proc = subprocess.run([sys.executable, "-m", "gantry", "tools", "list"], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    assert lines[1].split()[0] == "st__echo" and "Return the text unchanged." in lines[1]
-    assert lines[-1].startswith("4 tools from 1 servers, ~")
+def tools_list(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gantry", "tools", "list"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=BOOT)
+
+
+def wire_tokens(tools: list[dict[str, object]]) -> int:
+    """The chars/4 estimate of the tool definitions as they went over the wire."""
+    return sum((len(json.dumps(t, separators=(",", ":"), ensure_ascii=False)) + 3) // 4
+               for t in tools)
+
+
+def test_tools_list_is_what_the_model_is_offered(
+    spawn: Callable[..., Gantry], fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    """Issue 24 #14 (tools list left out the built-ins and showed hidden tools) and #6
+    (servers named cron and memory wiped cron_* at boot and memory_* at a restart): the
+    listing, /status and the next request agree, also after the memory server restarts."""
+    path = manifest(tmp_path, toml_server("memory", [str(static_fixture())]) +
+                    toml_server("cron", [str(static_fixture())]) +
+                    toml_server("every", everything_command()))
+    g = spawn(MCP_MANIFEST=path, TOOLS_MAX_PER_TURN="50")  # 26 tools: all offered, no routing
+    listing = tools_list(g.env)
+    assert listing.returncode == 0, listing.stderr
+    lines = listing.stdout.splitlines()
+    summary = lines[-1]
+    rows = [line for line in lines[:-1] if not line.startswith("not offered: ")]
+    listed = [line.split()[0] for line in rows]
+    assert "not offered: every__simulate-research-query (it can only be called as a task, " \
+        "which gantry does not do)" in lines
+    marks = {line.split()[0]: line.split("tokens", 1)[1].split()[0:2] for line in rows}
+    assert marks["memory_store"] == ["built", "in"] and marks["cron_list"] == ["built", "in"]
+    assert marks["memory__echo"][0] == "memory" and marks["every__echo"][0] == "every"
+    builtin = [n for n in listed if "__" not in n]
+    assert builtin == ["cron_cancel", "cron_list", "cron_schedule", "memory_forget",
+                       "memory_recall", "memory_store"]
+    assert summary.startswith(f"tools offered: {len(listed)} (6 built in), ~")
+
+    fake.push(ToolCalls([Call("memory__crash", {}, id="c1")]), Reply("it broke"))
+    g.ask("break the memory server", "it broke", timeout=BOOT)
+    g.wait_log("mcp server restarted")
+    g.ask("and now?", "echo: and now?")
+    for request in (fake.requests[0], fake.requests[-1]):
+        sent = request.body["tools"]
+        assert [t["function"]["name"] for t in sent] == listed
+        assert summary == f"tools offered: {len(sent)} (6 built in), ~{wire_tokens(sent)} " \
+            "schema tokens per request (est.)"
+    g.send("/status")
+    assert f"\n{summary}\n" in g.expect("restarts\n")
+    g.close_stdin()
+    assert g.wait_exit() == 0
+
+
+def test_tools_list_without_servers_or_settings_shows_the_builtin_tools(tmp_path: Path) -> None:
+    env = {"PATH": os.environ.get("PATH", ""), "MCP_MANIFEST": "/dev/null"}
+    out = tools_list(env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert [line.split()[0] for line in lines[:-1]] == [
+        "cron_cancel", "cron_list", "cron_schedule", "memory_forget", "memory_recall",
+        "memory_store"]
+    assert all("  built in  " in line for line in lines[:-1])
+    assert lines[-1].startswith("tools offered: 6 (6 built in), ~")
+    off = tools_list({**env, "MEMORY_ENABLED": "false", "CRON_ENABLED": "false"})
+    assert off.stdout == "tools offered: 0 (0 built in), ~0 schema tokens per request (est.)\n"
+    bad = tools_list({**env, "CRON_TZ": "Mars/Olympus"})
+    assert bad.returncode == 1 and "CRON_TZ 'Mars/Olympus'" in bad.stderr
+
+
+def test_tools_list_fails_with_the_server_s_reason(tmp_path: Path) -> None:
     bad = manifest(tmp_path, toml_server("st", ["sh", "-c", "echo broken >&2; exit 2"]))
-    proc = subprocess.run([sys.executable, "-m", "gantry", "tools", "list"],
-                          env={**env, "MCP_MANIFEST": bad}, cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    proc = tools_list({"PATH": os.environ.get("PATH", ""), "MCP_MANIFEST": bad})
     assert proc.returncode == 1 and "MCP server 'st'" in proc.stderr
     assert proc.stderr.count("broken") == 1 and proc.stderr.count("could not start") == 1
     assert "Traceback" not in proc.stderr

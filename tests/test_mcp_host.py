@@ -52,9 +52,9 @@ BOOT = 120.0  # an SDK server takes ~10 s to import mcp on a loaded 2-core machi
 @asynccontextmanager
 async def running(
     manifest: str, environ: Mapping[str, str] = BASE_ENV, max_chars: int = 16_000,
-    hidden: Mapping[str, set[str]] | None = None,
+    hidden: Mapping[str, set[str]] | None = None, registry: Registry | None = None,
 ) -> AsyncIterator[tuple[Host, Registry]]:
-    registry = Registry(result_max_chars=max_chars)
+    registry = registry or Registry(result_max_chars=max_chars)
     host = Host(parse(manifest, environ), registry, environ, hidden)
     async with anyio.create_task_group() as tg:
         with anyio.fail_after(BOOT):
@@ -147,6 +147,66 @@ async def test_hidden_tools_stay_off_the_registry_across_restarts_but_answer_hos
         server = host.servers["st"]
         await until(lambda: server.state == "up" and server.restarts == 1, what="a restart")
         assert reg.names() == ["st__crash", "st__env"]
+
+
+def builtin_registry(tmp_path: Path) -> Registry:
+    """A registry holding gantry's real memory_* and cron_* tools, as `gantry run` has."""
+    from gantry import db
+    from gantry.cron.store import CronStore
+    from gantry.cron.tools import CronTools
+    from gantry.memory.store import BuiltinMemory, MemoryStore
+    from gantry.memory.tools import SOURCE, memory_tools
+
+    conn = db.connect(tmp_path / "g.db")
+    registry = Registry()
+    registry.replace_source(SOURCE, memory_tools(BuiltinMemory(MemoryStore(conn))))
+    for tool in CronTools(CronStore(conn), "UTC", 5, time.time).tools():
+        registry.register(tool)
+    return registry
+
+
+BUILTINS = ["cron_cancel", "cron_list", "cron_schedule", "memory_forget", "memory_recall",
+            "memory_store"]
+
+
+async def test_servers_named_memory_and_cron_never_touch_the_builtin_tools(
+    tmp_path: Path,
+) -> None:
+    """Issue 24 #6: a server's source was its bare name, the built-ins' too ("memory",
+    "cron"): registering a server named cron removed cron_*, restarting one named memory
+    removed memory_*. MCP servers now have a namespace of their own."""
+    registry = builtin_registry(tmp_path)
+    async with running(static_toml("memory") + static_toml("cron"), registry=registry) as (
+        host, reg
+    ):
+        mcp = ["cron__crash", "cron__echo", "cron__env", "cron__pid",
+               "memory__crash", "memory__echo", "memory__env", "memory__pid"]
+        assert reg.names() == sorted(BUILTINS + mcp)
+        await reg.call("memory__crash", "{}")
+        server = host.servers["memory"]
+        await until(lambda: server.state == "up" and server.restarts == 1, what="a restart")
+        assert reg.names() == sorted(BUILTINS + mcp)
+        assert [t.name for t in reg.tools() if t.builtin] == BUILTINS
+
+
+async def test_a_ref_cycle_in_an_input_schema_is_warned_once_and_calls_go_through(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 24 #11: the cycle failed every call with RecursionError and a traceback."""
+    cyclic = {"type": "object", "properties": {"text": {"$ref": "#/$defs/a"}},
+              "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}}
+    tools = {"tools": [{"name": "echo", "description": "Echo.", "inputSchema": cyclic}]}
+    caplog.set_level(logging.INFO)
+    async with running(static_toml(env={"STATIC_TOOLS": json.dumps(tools)})) as (_host, reg):
+        assert reg.names() == ["st__echo"]
+        for word in ("one", "two", "three"):
+            result = await reg.call("st__echo", json.dumps({"text": word}))
+            assert (result.text, result.error) == (word, False)
+    warned = [r for r in caplog.records
+              if r.getMessage() == "tool input schema is unusable; arguments not validated"]
+    assert len(warned) == 1 and getattr(warned[0], "tool", "") == "st__echo"
+    assert "RecursionError" in getattr(warned[0], "error", "")
+    assert not [r for r in caplog.records if r.exc_info or r.getMessage() == "tool raised"]
 
 
 async def test_100_crash_restart_cycles_leave_one_child_and_no_fd_growth(
@@ -512,3 +572,28 @@ async def test_a_half_open_probe_that_ends_without_a_verdict_does_not_lock_the_s
             back = await reg.call("raw__echo", '{"text": "back"}')
         assert (back.text, back.error) == ("back", False)
         assert server.breaker.state == "closed"
+
+
+async def test_npm_server_everything_task_only_tool_is_not_offered_and_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 24 #12: `simulate-research-query` has taskSupport "required": a plain
+    tools/call is refused, and the SDK's client makes no task-augmented calls. It is kept
+    off the model's list, with one warning (not one per restart)."""
+    caplog.set_level(logging.INFO, logger="gantry.mcp")
+    async with running(toml_server("every", everything_command())) as (host, reg):
+        assert "every__simulate-research-query" not in reg.names()
+        assert "every__echo" in reg.names()
+        listed = {t.name: t for t in host.tools("every")}
+        assert listed["simulate-research-query"].needs_task
+        assert not listed["echo"].needs_task
+        assert "(1 task-only, not offered)" in host.status_lines()[0]
+        server = host.servers["every"]
+        assert server.child is not None
+        os.kill(server.child.pid, 9)
+        await until(lambda: server.state == "up" and server.restarts == 1, timeout=BOOT,
+                    what="a restart")
+        assert "every__simulate-research-query" not in reg.names()
+    said = [r for r in caplog.records if r.getMessage().startswith("mcp tools not offered")]
+    assert len(said) == 1
+    assert getattr(said[0], "tools", None) == ["simulate-research-query"]

@@ -243,6 +243,27 @@ def test_argument_validation_names_the_field_and_tolerates_broken_schemas(
     assert violation(None, {"a": 1}) is None
 
 
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": {"q": {"$ref": "#/$defs/a"}},
+     "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}},
+    {"type": "object", "properties": {"q": {"$ref": "#/$defs/q"}},
+     "$defs": {"q": {"allOf": [{"$ref": "#/$defs/q"}]}}},
+    {"type": "object", "properties": {"q": {"$ref": "#/$defs/missing"}}},
+], ids=["ref-cycle", "allof-cycle", "dangling-ref"])
+def test_a_schema_that_breaks_validation_itself_is_warned_once_and_calls_go_through(
+    caplog: pytest.LogCaptureFixture, schema: dict[str, Any],
+) -> None:
+    """Issue 24 #11: such schemas pass the meta-schema, then every call raised (a $ref
+    cycle: RecursionError, with a ~4,000-line traceback logged per call)."""
+    v = compile_schema(schema, "srv__tool")
+    with caplog.at_level(logging.WARNING, logger="gantry.mcp"):
+        for q in (1, "x", {"deep": [1]}):
+            assert v.violation({"q": q}) is None
+    assert [(r.getMessage(), getattr(r, "tool", "")) for r in caplog.records] == [
+        ("tool input schema is unusable; arguments not validated", "srv__tool")]
+    assert not any(r.exc_info for r in caplog.records)
+
+
 def test_the_draft_table_follows_the_installed_jsonschema() -> None:
     """fast_draft decides without jsonschema what validator_for would pick: the table's URIs
     are exactly the meta-schemas of FAST_DRAFTS, however they are spelled in `$schema`."""

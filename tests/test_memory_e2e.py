@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -117,11 +118,14 @@ def store_recall_forget(g: Gantry, fake: FakeOpenAI, stored: Callable[[], list[s
     return row_id
 
 
+@pytest.mark.parametrize("name", ["mem", "memory"])
 def test_gantry_mcp_memory_as_the_backend(
-    spawn: Callable[..., Gantry], fake: FakeOpenAI, tmp_path: Path
+    spawn: Callable[..., Gantry], fake: FakeOpenAI, tmp_path: Path, name: str
 ) -> None:
-    entry, child_db = gantry_memory_server(tmp_path)
-    g = spawn(MCP_MANIFEST=manifest(tmp_path, entry), MEMORY_BACKEND="mcp:mem",
+    """Also under the name most people give a memory server: `memory`, which is the built-in
+    memory tools' source name too (issue 24 #6)."""
+    entry, child_db = gantry_memory_server(tmp_path, name)
+    g = spawn(MCP_MANIFEST=manifest(tmp_path, entry), MEMORY_BACKEND=f"mcp:{name}",
               CRON_ENABLED="false")
     seen: list[list[tuple[Any, ...]]] = []
 
@@ -134,9 +138,14 @@ def test_gantry_mcp_memory_as_the_backend(
     assert {row[3] for row in seen[0]} == {"mcp"}  # came in over `gantry mcp-memory`
     assert sqlite_rows(g.data_dir / "gantry.db") == []  # gantry's builtin store never used
     g.send("/status")
-    status = g.expect("memory: mcp:mem (mcp:mem memory_* tools)\n")
-    assert "\ntools: 4\n" in status  # the memory_* tools and tools_search, nothing of mem's
-    assert re.search(r"mcp mem: up, 7 tools \(7 for memory only\), \d+ calls, 0 errors", status)
+    status = g.expect(f"memory: mcp:{name} (mcp:{name} memory_* tools)\n")
+    assert "\ntools offered: 3 (3 built in), ~" in status  # memory_*, nothing of the server's
+    assert re.search(rf"mcp {name}: up, 7 tools \(7 for memory only\), \d+ calls, 0 errors",
+                     status)
+    listing = subprocess.run([sys.executable, "-m", "gantry", "tools", "list"], env=g.env,
+                             cwd=ROOT, capture_output=True, text=True, timeout=BOOT)
+    assert listing.returncode == 0, listing.stderr
+    assert [line.split()[0] for line in listing.stdout.splitlines()[:-1]] == MEMORY_TOOLS
     g.close_stdin()
     assert g.wait_exit() == 0
     g.assert_clean()

@@ -19,7 +19,7 @@ from gantry.mcp.routing import (
     search_tool,
     words,
 )
-from gantry.tools import CALLER, Registry, Tool
+from gantry.tools import CALLER, Registry, Source, Tool, mcp_source, offered
 
 TOPICS = {
     "weather": ("get_current_weather", "Current weather conditions for a city", "city"),
@@ -36,8 +36,9 @@ async def _noop(args: dict[str, Any]) -> str:
 
 
 def _tool(name: str, desc: str, param: str, source: str) -> Tool:
+    """An MCP server's tool, or a built-in one for the source "builtin"."""
     schema = {"type": "object", "properties": {param: {"type": "string", "description": param}}}
-    return Tool(name, desc, schema, _noop, source)
+    return Tool(name, desc, schema, _noop, Source(source, mcp=source != "builtin"))
 
 
 def _registry(filler: int) -> Registry:
@@ -51,7 +52,7 @@ def _registry(filler: int) -> Registry:
 
 
 def _router(reg: Registry, **kw: Any) -> Router:
-    router = Router(reg, lambda t: t.source in ("srv", "misc"), **kw)
+    router = Router(reg, **kw)
     reg.register(search_tool(router))
     return router
 
@@ -103,6 +104,22 @@ def test_large_catalog_offers_the_right_tool(query: str, want: str) -> None:
     assert len([n for n in offer.names if n.startswith(("srv__", "misc__"))]) <= 5
 
 
+def test_offered_asks_the_router_without_touching_its_last_call() -> None:
+    """`/status` and `gantry tools list` ask the same function as the request (issue 24
+    #14), and asking must not change what the routing line says the last call carried."""
+    reg = _registry(filler=100)
+    router = _router(reg, max_per_turn=5)
+    sent = router.offer("s", ["email Bob the report"])
+    shown = offered(reg, router, "s")
+    assert router.last is sent
+    assert shown.routed and shown.names == ["memory_recall", SEARCH_TOOL]
+    assert [t.builtin for t in shown.tools] == [True, True]
+    assert shown.summary() == (
+        f"tools offered: 2 (2 built in), ~{shown.schema_tokens} schema tokens per request "
+        "(est.); routed: each message also gets the best of 106 MCP tools, at most 5")
+    assert offered(reg, router, "s", ["email Bob the report"]).names == sent.names
+
+
 def test_sticky_and_always_tools_stay_offered() -> None:
     reg = _registry(filler=100)
     router = _router(reg, max_per_turn=4, always=["misc__widget_7", "srv__stock*"])
@@ -136,7 +153,8 @@ def test_index_follows_catalog_changes() -> None:
     reg = _registry(filler=100)
     router = _router(reg, max_per_turn=3)
     assert router.search("kubernetes pods") == []
-    reg.replace_source("srv", [_tool("srv__list_pods", "List kubernetes pods", "ns", "srv")])
+    reg.replace_source(mcp_source("srv"),
+                       [_tool("srv__list_pods", "List kubernetes pods", "ns", "srv")])
     assert [t.name for t in router.search("kubernetes pods")] == ["srv__list_pods"]
     assert "srv__send_email" not in {t.name for t in router.search("send email")}
 

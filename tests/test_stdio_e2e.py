@@ -209,7 +209,8 @@ def test_memory_disabled_means_no_tools_and_no_status_line(
     g.ask("hello", "echo: hello")
     assert "tools" not in fake.last_request.body  # an empty tool list is a 400 upstream
     g.send("/status")
-    assert "memory" not in g.expect("\ntools: 0\n")
+    status = g.expect("schema tokens per request (est.)\n")
+    assert "\ntools offered: 0 (0 built in), ~0 " in status and "memory" not in status
     g.assert_clean()
 
 
@@ -219,7 +220,8 @@ def test_new_and_status(spawn: Callable[..., Gantry], fake: FakeOpenAI) -> None:
     g.ask("and the colour blue", "echo: and the colour blue")
 
     g.send("/status")
-    status = g.expect("\ntools: 3\nmemory (builtin): 0 fact")
+    status = g.expect(" schema tokens per request (est.)\nmemory (builtin): 0 fact")
+    assert "\ntools offered: 3 (3 built in), ~" in status
     assert re.search(r"\bup \d+h \d+m \d+s\b", status), status
     assert f"model: {MODEL}" in status
     assert re.search(r"history: 4 messages, ~\d+ tokens \(est\.\)", status), status
@@ -227,7 +229,7 @@ def test_new_and_status(spawn: Callable[..., Gantry], fake: FakeOpenAI) -> None:
 
     g.ask("/new", "Started a new conversation. (Long-term memory is unchanged.)")
     g.send("/status")
-    assert "history: 0 messages" in g.expect("\ntools: 3\n")
+    assert "history: 0 messages" in g.expect("\ntools offered: 3 (3 built in), ~")
     assert len(fake.requests) == 2  # commands never reach the model
 
     g.ask("what number?", "echo: what number?")

@@ -15,9 +15,9 @@ from zoneinfo import ZoneInfo
 
 from gantry.cron.schedule import Schedule, ScheduleError, describe, parse
 from gantry.cron.store import CapReached, CronStore, Job
-from gantry.tools import CALLER, Tool, ToolError
+from gantry.tools import CALLER, Source, Tool, ToolError
 
-SOURCE = "cron"
+SOURCE = Source("cron")
 PROMPT_MAX_CHARS = 4_000
 
 

@@ -10,7 +10,6 @@ a circuit breaker stops hammering one that keeps failing. Public API for other p
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
@@ -28,7 +27,7 @@ from gantry.mcp.breaker import Breaker
 from gantry.mcp.child import INVALID_MESSAGE, Child, open_child
 from gantry.mcp.manifest import ServerSpec
 from gantry.mcp.validate import ArgsValidator, compile_schema
-from gantry.tools import Registry, Tool, ToolError
+from gantry.tools import Registry, Tool, ToolError, mcp_source
 
 log = logging.getLogger("gantry.mcp")
 
@@ -74,13 +73,23 @@ class ToolStats:
 
 @dataclass(frozen=True)
 class ListedTool:
-    """A server's tool as listed: its MCP name, the name the model sees, schema, validator."""
+    """A server's tool as listed: its MCP name, the name the model sees, schema, validator.
+
+    `needs_task`: its `execution.taskSupport` is "required", so a plain tools/call is refused;
+    the SDK's client makes no task-augmented calls, so such a tool is never offered.
+    """
 
     name: str
     exposed: str
     description: str
     schema: dict[str, Any]
     validator: ArgsValidator | None
+    needs_task: bool = False
+
+
+def needs_task(tool: Any) -> bool:
+    """Whether an MCP tool can only be called as a task (taskSupport "required")."""
+    return getattr(getattr(tool, "execution", None), "task_support", None) == "required"
 
 
 def backoff(attempt: int, rng: random.Random | None = None) -> float:
@@ -116,6 +125,7 @@ class Server:
     ) -> None:
         self.spec = spec
         self.name = spec.name
+        self.source = mcp_source(spec.name)  # its own namespace: never a built-in's source
         self.registry = registry
         self.environ = environ
         self.state = "starting"
@@ -123,6 +133,7 @@ class Server:
         self.child: Child | None = None
         self.listed: dict[str, ListedTool] = {}
         self.hidden = frozenset(hidden)  # MCP names callable via Host.call, never offered
+        self._task_only_said: frozenset[str] = frozenset()
         self.instructions: str = ""
         self.breaker = Breaker()
         self.stats: dict[str, ToolStats] = {}
@@ -307,26 +318,35 @@ class Server:
         for t in tools:
             schema = convert.parameters(t.input_schema)
             listed[names[t.name]] = ListedTool(
-                t.name, names[t.name], t.description or "", schema, compile_schema(schema)
+                t.name, names[t.name], t.description or "", schema,
+                compile_schema(schema, names[t.name]), needs_task(t),
             )
         self.listed = listed
         self._register()
 
     def _register(self) -> None:
         tools = [
-            Tool(lt.exposed, lt.description, lt.schema, partial(self._tool_call, lt), self.name)
-            for lt in self.listed.values() if lt.name not in self.hidden
+            Tool(lt.exposed, lt.description, lt.schema, partial(self._tool_call, lt),
+                 self.source)
+            for lt in self.listed.values() if lt.name not in self.hidden and not lt.needs_task
         ]
         held = sorted(lt.name for lt in self.listed.values() if lt.name in self.hidden)
         if held:
             log.info("mcp tools kept off the model's list (used by gantry itself)",
                      extra={"server": self.name, "tools": held})
-        taken = {n for n in self.registry.names() if self.registry.source(n) != self.name}
+        task_only = frozenset(lt.name for lt in self.listed.values()
+                              if lt.needs_task and lt.name not in self.hidden)
+        if task_only and task_only != self._task_only_said:  # once, not at every restart
+            log.warning("mcp tools not offered: they can only be called as tasks "
+                        "(taskSupport required), which gantry does not do",
+                        extra={"server": self.name, "tools": sorted(task_only)})
+        self._task_only_said = task_only
+        taken = {n for n in self.registry.names() if self.registry.source(n) != self.source}
         clash = [t.name for t in tools if t.name in taken]
         if clash:
             log.warning("mcp tools dropped: name taken by another source",
                         extra={"server": self.name, "tools": clash})
-        self.registry.replace_source(self.name, [t for t in tools if t.name not in taken])
+        self.registry.replace_source(self.source, [t for t in tools if t.name not in taken])
 
     # ------------------------------------------------------------------ calls
 
@@ -421,8 +441,13 @@ class Server:
         calls = sum(s.calls for s in self.stats.values())
         errors = sum(s.errors for s in self.stats.values())
         held = sum(lt.name in self.hidden for lt in self.listed.values())
-        tools = f"{len(self.listed)} tools ({held} for memory only)" if held else (
-            f"{len(self.listed)} tools")
+        tasks = sum(lt.needs_task and lt.name not in self.hidden for lt in self.listed.values())
+        notes = []
+        if held:
+            notes.append(f"{held} for memory only")
+        if tasks:
+            notes.append(f"{tasks} task-only, not offered")
+        tools = f"{len(self.listed)} tools" + (f" ({', '.join(notes)})" if notes else "")
         return (f"{self.name}: {state}, {tools}, {calls} calls, "
                 f"{errors} errors, {self.restarts} restarts")
 
@@ -488,9 +513,3 @@ class Host:
         return {f"{s.name}/{tool}": st.summary()
                 for s in self.servers.values() for tool, st in s.stats.items()}
 
-
-def schema_tokens(listed: ListedTool) -> int:
-    """The estimated tokens (chars/4) one tool's definition costs in every request."""
-    body = {"name": listed.exposed, "description": listed.description,
-            "parameters": listed.schema}
-    return (len(json.dumps(body)) + 3) // 4

@@ -1,7 +1,6 @@
-"""`gantry tools list`: start the manifest's servers, print what the model would see, stop.
+"""`gantry tools search`: start the manifest's servers, rank their tools for a query, stop.
 
-Distroless has no shell, so this is how an operator checks a manifest: one line per tool
-(name, estimated schema tokens, first line of the description) and a total.
+(`gantry tools list`, which needs the built-in tools too, lives in gantry.toolset.)
 """
 
 from __future__ import annotations
@@ -81,26 +80,3 @@ def search(env_file: str | None, query: str, catalog: str | None, top: int,
         return 1
     return search_main(docs, query, queries, max(1, top))
 
-
-def main(env_file: str | None) -> int:
-    try:
-        listed, servers, path = _catalog(env_file)
-    except ListingError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    if not servers:
-        print(f"0 tools (no MCP servers in {path})")
-        return 0
-    from gantry.mcp.convert import first_line
-    from gantry.mcp.host import schema_tokens
-
-    width = max((len(t.exposed) for t in listed), default=0)
-    total = 0
-    for tool in sorted(listed, key=lambda t: t.exposed):
-        tokens = schema_tokens(tool)
-        total += tokens
-        print(f"{tool.exposed:<{width}}  ~{tokens:>5} tokens  {first_line(tool.description)}")
-    print(f"{len(listed)} tools from {servers} servers, ~{total} tokens of schemas per "
-          "request (est.)")
-    sys.stdout.flush()
-    return 0

@@ -9,11 +9,13 @@ enum values — and from per-field weights; FTS5's porter tokenizer stems both s
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import apsw
+
+from gantry.tools import Offer, Source, Tool
 
 # Field weights for bm25(): name, server, description, parameters (tuned on BFCL, see bench/).
 WEIGHTS = (4.0, 1.0, 2.0, 1.0)
@@ -132,6 +134,7 @@ class ToolIndex:
 # ---------------------------------------------------------------------------- per-turn selection
 
 SEARCH_TOOL = "tools_search"
+SOURCE = Source("routing")
 STICKY_PER_SESSION = 8
 MAX_SESSIONS = 256
 SEARCH_RESULTS = 8
@@ -142,20 +145,10 @@ def always_match(name: str, patterns: Sequence[str]) -> bool:
     return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in patterns)
 
 
-@dataclass
-class Offer:
-    """What one model call is offered, for the agent and for /status."""
-
-    names: list[str]
-    routed: bool
-    catalog: int
-    schema_tokens: int
-
-
 class Router:
     """Chooses the tools each model call is offered when the catalog is too big to send whole.
 
-    Catalog tools (`is_catalog`, i.e. MCP servers') are ranked against the conversation;
+    Catalog tools (`is_catalog`, by default MCP servers') are ranked against the conversation;
     every other registered tool (memory, cron) is always offered, as are TOOLS_ALWAYS matches,
     tools this session used recently (sticky) and tools `tools_search` found during the turn.
     """
@@ -163,7 +156,7 @@ class Router:
     def __init__(
         self,
         registry: Any,
-        is_catalog: Any,
+        is_catalog: Callable[[Tool], bool] = lambda t: t.source.mcp,
         max_per_turn: int = 24,
         always: Sequence[str] = (),
     ) -> None:
@@ -180,28 +173,35 @@ class Router:
     def _catalog(self) -> list[Any]:
         tools = [t for t in self.registry.tools() if self.is_catalog(t)]
         if self.registry.version != self._indexed_version:
-            self.index.rebuild(ToolDoc(t.name, t.description, t.parameters, t.source)
+            self.index.rebuild(ToolDoc(t.name, t.description, t.parameters, t.source.name)
                                for t in tools)
             self._indexed_version = self.registry.version
         return tools
 
-    def offer(self, session: str, texts: Sequence[str]) -> Offer:
-        """The tool names for the next model call of `session`; `texts` newest first."""
-        from gantry.session import est_tokens
-
+    def select(self, session: str, texts: Sequence[str]) -> Offer:
+        """The tools for the next model call of `session`; `texts` newest first. Pure (for
+        /status and `gantry tools list` too); `record` notes what a request carried."""
         catalog = self._catalog()
         others = [t for t in self.registry.tools()
                   if not self.is_catalog(t) and t.name != SEARCH_TOOL]
-        if len(catalog) + len(others) <= self.max_per_turn:
+        routed = len(catalog) + len(others) > self.max_per_turn
+        if not routed:
             names = [t.name for t in (*others, *catalog)]
-            routed = False
         else:
             names = [t.name for t in others] + [SEARCH_TOOL]
             names += self._pick(session, texts, {t.name for t in catalog})
-            routed = True
-        tokens = sum(est_tokens(len(_schema_json(self.registry, n))) for n in names)
-        self.last = Offer(sorted(names), routed, len(catalog), tokens)
-        return self.last
+        tools = tuple(t for n in sorted(set(names)) if (t := self.registry.get(n)) is not None)
+        return Offer(tools, routed, len(catalog), self.max_per_turn)
+
+    def record(self, offer: Offer) -> None:
+        """What the last model call was offered, for the /status routing line."""
+        self.last = offer
+
+    def offer(self, session: str, texts: Sequence[str]) -> Offer:
+        """`select`, recorded as the last call's offer."""
+        offer = self.select(session, texts)
+        self.record(offer)
+        return offer
 
     def _pick(self, session: str, texts: Sequence[str], catalog: set[str]) -> list[str]:
         picked: dict[str, None] = {}
@@ -256,19 +256,9 @@ def _bound(sessions: dict[str, list[str]]) -> None:
         del sessions[next(iter(sessions))]
 
 
-def _schema_json(registry: Any, name: str) -> str:
-    import json
-
-    tool = registry.get(name)
-    if tool is None:
-        return ""
-    return json.dumps({"name": tool.name, "description": tool.description,
-                       "parameters": tool.parameters})
-
-
-def search_tool(router: Router) -> Any:
+def search_tool(router: Router) -> Tool:
     """The `tools_search` meta-tool: lets the model find a tool the ranking did not offer."""
-    from gantry.tools import CALLER, Tool, ToolError
+    from gantry.tools import CALLER, ToolError
 
     async def call(args: dict[str, Any]) -> str:
         query = args.get("query")
@@ -292,7 +282,7 @@ def search_tool(router: Router) -> Any:
             "type": "string", "description": "what the tool should do, in a few words"}},
          "required": ["query"]},
         call,
-        source="routing",
+        source=SOURCE,
     )
 
 

@@ -223,18 +223,19 @@ class ArgsValidator:
     """One tool's validator: the fast check compiled at tools/list, jsonschema's validator
     built on the first call the fast check does not decide, then kept."""
 
-    __slots__ = ("_full", "fast", "schema")
+    __slots__ = ("_full", "fast", "schema", "tool")
 
-    def __init__(self, schema: Mapping[str, Any], fast: Check | None) -> None:
+    def __init__(self, schema: Mapping[str, Any], fast: Check | None, tool: str = "") -> None:
         self.schema = schema
         self.fast = fast
+        self.tool = tool  # for the log line only
         self._full: Any = _UNBUILT
 
     def full(self) -> Any | None:
         """jsonschema's validator for the schema, or None when the schema is itself broken
         (logged once, here: the calls then go through unvalidated)."""
         if self._full is _UNBUILT:
-            self._full = _build_full(self.schema)
+            self._full = _build_full(self.schema, self.tool)
         return self._full
 
     def violation(self, args: Mapping[str, Any]) -> str | None:
@@ -242,18 +243,37 @@ class ArgsValidator:
         if self.fast is not None and self.fast(args):
             return None
         full = self.full()
-        if full is None or full.is_valid(args):  # is_valid: without building error objects
+        if full is None:
             return None
-        from jsonschema.exceptions import best_match
-
-        error = best_match(full.iter_errors(args))
-        if error is None:
+        try:
+            return _first_error(full, args)
+        except Exception as exc:
+            # A schema that passes the meta-schema can still break validation: a $ref cycle
+            # (RecursionError), a $ref to nothing. Like any broken schema: warned once, and
+            # this and later calls go through unvalidated.
+            _unusable(self.tool, f"{type(exc).__name__}: {str(exc)[:160]}")
+            self._full = None
             return None
-        where = ".".join(str(p) for p in error.absolute_path) or "(the arguments object)"
-        return f"invalid arguments: at {where}: {error.message}"
 
 
-def _build_full(schema: Mapping[str, Any]) -> Any | None:
+def _first_error(full: Any, args: Mapping[str, Any]) -> str | None:
+    if full.is_valid(args):  # is_valid: without building error objects
+        return None
+    from jsonschema.exceptions import best_match
+
+    error = best_match(full.iter_errors(args))
+    if error is None:
+        return None
+    where = ".".join(str(p) for p in error.absolute_path) or "(the arguments object)"
+    return f"invalid arguments: at {where}: {error.message}"
+
+
+def _unusable(tool: str, error: str) -> None:
+    log.warning("tool input schema is unusable; arguments not validated",
+                extra={"tool": tool, "error": error[:200]})
+
+
+def _build_full(schema: Mapping[str, Any], tool: str = "") -> Any | None:
     from jsonschema import validators
     from jsonschema.exceptions import SchemaError
 
@@ -265,12 +285,11 @@ def _build_full(schema: Mapping[str, Any]) -> Any | None:
         error = exc.message
     except Exception as exc:  # e.g. an unknown $schema dialect: the call still goes through
         error = f"{type(exc).__name__}: {exc}"
-    log.warning("tool input schema is unusable; arguments not validated",
-                extra={"error": error[:200]})
+    _unusable(tool, error)
     return None
 
 
-def compile_schema(schema: Mapping[str, Any]) -> ArgsValidator:
+def compile_schema(schema: Mapping[str, Any], tool: str = "") -> ArgsValidator:
     """The validator for one input schema, with only the fast check compiled (no jsonschema).
 
     A schema that is itself broken is found when a call first needs jsonschema (the fast
@@ -283,7 +302,7 @@ def compile_schema(schema: Mapping[str, Any]) -> ArgsValidator:
             fast = compile_check(schema)
         except (Unsupported, RecursionError):
             fast = None
-    return ArgsValidator(schema, fast)
+    return ArgsValidator(schema, fast, tool)
 
 
 def violation(validator: ArgsValidator | None, args: Mapping[str, Any]) -> str | None:

@@ -18,9 +18,9 @@ from gantry.memory.store import (
     MemoryInputError,
     render_hits,
 )
-from gantry.tools import Tool, ToolError
+from gantry.tools import Source, Tool, ToolError
 
-SOURCE = "memory"
+SOURCE = Source("memory")
 
 STORE_SCHEMA: dict[str, Any] = {
     "type": "object",

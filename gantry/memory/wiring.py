@@ -67,7 +67,7 @@ async def build(
         log.info("memory disabled (MEMORY_ENABLED=false)")
         return MemoryParts()
     from gantry.memory.store import BuiltinMemory, MemoryStore
-    from gantry.memory.tools import memory_tools
+    from gantry.memory.tools import SOURCE, memory_tools
 
     parts = MemoryParts()
     if cfg.memory_backend == "builtin":
@@ -88,7 +88,7 @@ async def build(
         memory = await connect_backend(host, cfg.memory_backend.removeprefix("mcp:"))
         parts.status_lines.append(lambda _session: f"memory: {cfg.memory_backend} ({memory.name})")
     parts.memory = memory
-    registry.replace_source("memory", memory_tools(memory))
+    registry.replace_source(SOURCE, memory_tools(memory))
     parts.memory_block = hydrator(memory)
     log.info("memory ready", extra={"backend": cfg.memory_backend})
     return parts

@@ -10,6 +10,8 @@
  *   pid          → this process's pid
  *   crash        → exit(1) at once, no answer
  *   env {name}   → the variable's value or <unset>
+ * STATIC_TOOLS, when set, is sent as the tools/list result instead (a JSON object with a
+ * "tools" list): a test can offer any names or schemas, served by the tools above.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,7 +88,8 @@ int main(void) {
         } else if (strcmp(method, "ping") == 0) {
             reply(id, "{}");
         } else if (strcmp(method, "tools/list") == 0) {
-            reply(id, TOOLS);
+            const char *custom = getenv("STATIC_TOOLS");
+            reply(id, custom && *custom ? custom : TOOLS);
         } else if (strcmp(method, "tools/call") == 0) {
             const char *params = strstr(line, "\"params\"");
             if (!params || !field(params, "name", name, sizeof name)) {
