@@ -197,7 +197,8 @@ class Agent:
                 return self.status(msg.session_id)
             if command in ("/help", "/start"):
                 return HELP
-            return await self._turn(msg.session_id, msg.text, stream, recall=not msg.group)
+            return await self._turn(msg.session_id, msg.text, stream, recall=not msg.group,
+                                    on_answer=msg.on_answer)
         except Exception:
             log.exception("turn failed", extra={"session": msg.session_id})
             await _quiet_discard(stream)
@@ -239,9 +240,13 @@ class Agent:
     # ------------------------------------------------------------------ the turn
 
     async def _turn(
-        self, session_id: str, text: str, stream: ReplyStream | None, *, recall: bool = True
+        self, session_id: str, text: str, stream: ReplyStream | None, *, recall: bool = True,
+        on_answer: Callable[[str], None] | None = None,
     ) -> str:
-        """One turn; `recall=False` (a group chat) leaves long-term memory out of the prompt."""
+        """One turn; `recall=False` (a group chat) leaves long-term memory out of the prompt.
+
+        `on_answer` (the channel's record of the reply) commits with the final answer.
+        """
         from gantry.provider import ProviderError
 
         started = time.monotonic()
@@ -304,7 +309,10 @@ class Agent:
             return model_failed_reply(exc.status)
         self._end_routing(session_id)
         new.append(AssistantMessage(content=final))
-        self.sessions.append(session_id, new)
+        with self.sessions.atomic():  # answer and the channel's reply: both or neither
+            self.sessions.append(session_id, new)
+            if on_answer is not None:
+                on_answer(final)
         log.info(
             "turn done",
             extra={

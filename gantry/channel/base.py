@@ -30,6 +30,11 @@ class Inbound(msgspec.Struct, frozen=True):
     group: bool = False
     """Sent in a chat others can read (a Telegram group): the agent recalls no long-term
     memory into the reply, since everyone in the chat would read what it recalled."""
+    on_answer: Callable[[str], None] | None = None
+    """The channel's own record of the reply. The agent calls it with the turn's final answer
+    inside the SQLite transaction that adds that answer to the history, so a kill can never
+    leave one without the other (a redelivered message would otherwise run its turn again).
+    It must write through the agent's connection, and only write."""
 
     @property
     def session_id(self) -> str:
