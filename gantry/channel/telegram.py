@@ -516,6 +516,9 @@ class TelegramChannel:
         assert self._respond is not None
         # A private chat's id is its user's id; any other chat is a group (accepted only
         # with TELEGRAM_GROUPS=mention).
+        # on_answer stores the reply in the agent's transaction (one connection per process,
+        # so the same one): a kill cannot leave the answer recorded and the row unanswered,
+        # which would run the whole turn, tool calls and all, again on redelivery.
         inbound = Inbound(channel=self.name, chat_id=str(row.chat_id), user_id=str(row.user_id),
                           text=row.text, message_id=str(row.message_id),
                           group=row.chat_id != row.user_id,

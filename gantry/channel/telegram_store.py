@@ -58,7 +58,6 @@ class Pending(msgspec.Struct):
     reply: str | None
     sent_parts: int
     stream_msgs: list[int]
-    attempts: int = 0
 
 
 class Accepted(msgspec.Struct, frozen=True):
@@ -120,7 +119,7 @@ class TelegramStore:
         """The oldest unfinished update of a chat (per-chat arrival order)."""
         rows = self._rows(
             "SELECT update_id, chat_id, user_id, message_id, text, reply, sent_parts, "
-            f"stream_msgs, attempts FROM telegram_update WHERE chat_id = ? AND {PENDING} "
+            f"stream_msgs FROM telegram_update WHERE chat_id = ? AND {PENDING} "
             "ORDER BY update_id LIMIT 1",
             (chat_id,),
         )
@@ -130,7 +129,7 @@ class TelegramStore:
         return Pending(
             int(r[0]), int(r[1]), int(r[2]), int(r[3]), str(r[4]),  # type: ignore[call-overload]
             None if r[5] is None else str(r[5]), int(r[6]),  # type: ignore[call-overload]
-            [int(x) for x in json.loads(str(r[7]))], int(r[8]),  # type: ignore[call-overload]
+            [int(x) for x in json.loads(str(r[7]))],
         )
 
     def set_reply(self, update_id: int, reply: str, error: str | None = None) -> None:
