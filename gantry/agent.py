@@ -200,7 +200,8 @@ class Agent:
                 return HELP
             if not msg.scheduled and (unknown := unknown_command(msg.text)) is not None:
                 return unknown
-            return await self._turn(msg.session_id, msg.text, stream, shared=msg.group)
+            return await self._turn(msg.session_id, msg.text, stream, shared=msg.group,
+                                    on_answer=msg.on_answer)
         except TurnFailed as exc:
             if msg.scheduled:
                 raise
@@ -248,10 +249,14 @@ class Agent:
     # ------------------------------------------------------------------ the turn
 
     async def _turn(
-        self, session_id: str, text: str, stream: ReplyStream | None, *, shared: bool = False
+        self, session_id: str, text: str, stream: ReplyStream | None, *, shared: bool = False,
+        on_answer: Callable[[str], None] | None = None,
     ) -> str:
         """One turn; `shared` (a group chat, read by others) leaves long-term memory out of
-        the prompt and its tools out of the offer, and refuses them if called anyway."""
+        the prompt and its tools out of the offer, and refuses them if called anyway.
+
+        `on_answer` (the channel's record of the reply) commits with the final answer.
+        """
         from gantry.provider import ProviderError
 
         started = time.monotonic()
@@ -316,7 +321,10 @@ class Agent:
             raise TurnFailed(reason, model_failed_reply(exc.status)) from None
         self._end_routing(session_id)
         new.append(AssistantMessage(content=final))
-        self.sessions.append(session_id, new)
+        with self.sessions.atomic():  # answer and the channel's reply: both or neither
+            self.sessions.append(session_id, new)
+            if on_answer is not None:
+                on_answer(final)
         log.info(
             "turn done",
             extra={

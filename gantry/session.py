@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from gantry.wire.openai import (
@@ -241,6 +242,10 @@ class SessionStore:
                     "VALUES (?, ?, ?, ?, ?)",
                     (session_id, role, encode(m).decode(), msg_chars(m), now),
                 )
+
+    def atomic(self) -> AbstractContextManager[object]:
+        """One transaction around several writes (nested ones become savepoints)."""
+        return self.conn  # type: ignore[return-value]
 
     def delete(self, ids: Sequence[int]) -> None:
         with self.conn:  # type: ignore[attr-defined]

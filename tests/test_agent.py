@@ -455,3 +455,39 @@ def test_resume_point_is_pure_and_strict() -> None:
     half = [u, call, ToolMessage(tool_call_id="c2", content="r")]
     assert [c.id for c in unanswered_calls(half)] == ["c1"]
     assert unanswered_calls([u]) == []
+
+
+async def test_final_answer_and_the_channel_record_commit_together(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    """on_answer runs inside the transaction that records the answer: seen from another
+    connection both appear at once, and if the channel's write fails the answer is not kept
+    either, so the retried turn resumes from its recorded tool round (no call re-run)."""
+    agent = make_agent(fake, tmp_path)
+    other = db.connect(tmp_path / "g.db")
+    seen: list[int] = []
+
+    def record(reply: str) -> None:
+        conn = agent.sessions.conn
+        conn.execute("CREATE TABLE IF NOT EXISTS replies (text TEXT)")  # type: ignore[attr-defined]
+        conn.execute("INSERT INTO replies VALUES (?)", (reply,))  # type: ignore[attr-defined]
+        seen.append(other.execute("SELECT count(*) FROM session_message "
+                                  "WHERE role = 'assistant'").fetchone()[0])  # type: ignore[index]
+
+    assert await agent(Inbound(channel="test", chat_id="1", user_id="u", text="hi",
+                               on_answer=record)) == "echo: hi"
+    assert seen == [0]  # not committed before the channel's write
+    assert other.execute("SELECT text FROM replies").fetchall() == [("echo: hi",)]
+
+    def broken(reply: str) -> None:
+        raise OSError("disk full")
+
+    fake.push(ToolCalls([Call("calc__add", {"a": 1, "b": 2}, id="c1")]), Reply("three"))
+    failed = Inbound(channel="test", chat_id="1", user_id="u", text="1+2?", on_answer=broken)
+    assert await agent(failed) == TURN_FAILED
+    _, stored = agent.sessions.load("test:1")
+    assert [type(m).__name__ for m in stored][-3:] == [
+        "UserMessage", "AssistantMessage", "ToolMessage"]  # no answer without its record
+    assert await agent(msg("1+2?")) == "echo: 1+2?"
+    assert len(fake.requests) == 4  # hi, the tool round, "three", the resumed answer
+    assert [m["role"] for m in fake.last_request.messages][-3:] == ["user", "assistant", "tool"]

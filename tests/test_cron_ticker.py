@@ -319,6 +319,41 @@ async def test_crash_mid_turn_resumes_the_run_once(
     assert later.rows("SELECT state, attempts FROM cron_run") == [("delivered", 2)]
 
 
+async def test_kill_after_the_turn_answered_delivers_without_running_it_again(
+    make: Callable[..., Awaitable[Rig]], fake: FakeOpenAI
+) -> None:
+    """The reply is stored in the transaction that records the turn's answer: a process that
+    dies right after the turn (before the ticker's own bookkeeping) is not asked again."""
+    rig = await make()
+    await schedule(rig, when="in 1 minute", prompt="book it")
+    fake.push(Reply("booked"))
+    answered = anyio.Event()
+    respond = rig.cron.ticker.respond
+
+    async def dies_after_the_turn(msg: Inbound, stream: Any) -> str:
+        reply = await respond(msg, stream)
+        answered.set()
+        await anyio.sleep_forever()  # kill -9 here: the turn is over, the ticker not yet
+        return reply
+
+    rig.cron.ticker.respond = dies_after_the_turn
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rig.cron.run)
+        rig.clock.advance(60)
+        with anyio.fail_after(10):
+            await answered.wait()
+        tg.cancel_scope.cancel()
+    assert rig.channel.pushes == []
+    later = await make(clock=FakeClock(T0 + 90))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(later.cron.run)
+        await until(lambda: later.channel.pushes, "the stored reply pushed")
+        tg.cancel_scope.cancel()
+    assert later.channel.pushes == [("chat1", "booked")]
+    assert len(fake.requests) == 1  # the turn was not run again
+    assert later.rows("SELECT state FROM cron_run") == [("delivered",)]
+
+
 async def test_crash_mid_push_sends_only_the_missing_parts(
     make: Callable[..., Awaitable[Rig]], fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -17,7 +17,14 @@ from gantry import db
 from gantry.channel import telegram
 from gantry.channel.base import Inbound
 from gantry.channel.telegram import FAILED_REPLY, TelegramChannel, parts_for
-from gantry.channel.telegram_store import MAX_ATTEMPTS, Accepted, TelegramStore
+from gantry.channel.telegram_store import (
+    MAX_ATTEMPTS,
+    MAX_CRASHES,
+    Accepted,
+    NextAttempt,
+    TelegramStore,
+    next_attempt,
+)
 from gantry.channel.tgformat import utf16_len
 from tests.fakes.telegram import FakeTelegram
 
@@ -95,9 +102,9 @@ def test_store_attempts_and_terminal_states(tmp_path: Path) -> None:
     store = TelegramStore(conn)
     store.accept([Accepted(1, 7, 7, 1, "a"), Accepted(2, 7, 7, 2, "b"),
                   Accepted(3, 8, 8, 3, "c")], 4)
-    assert [store.begin_attempt(1) for _ in range(3)] == [1, 2, 3]
-    store.undo_attempt(1)
-    assert store.state(1) == ("accepted", 2, None)
+    store.begin_attempt(1)
+    assert [store.fail_attempt(1) for _ in range(3)] == [1, 2, 3]
+    assert store.state(1) == ("accepted", 3, None)
     store.set_reply(1, FAILED_REPLY, error="the turn failed 3 times in a row")
     assert store.state(1) == ("replied", 0, "the turn failed 3 times in a row")
     store.mark_sent(1, 1, 1)
@@ -107,6 +114,47 @@ def test_store_attempts_and_terminal_states(tmp_path: Path) -> None:
     conn.execute("UPDATE telegram_update SET answered_at = 0")
     assert store.prune() == 2  # finished rows of every kind go; the pending one stays
     assert store.pending_chats() == [8]
+
+
+def test_store_counts_an_attempt_left_in_flight_as_a_crash(tmp_path: Path) -> None:
+    """An attempt begun and never ended is a crash, counted once at the next attempt;
+    an undone one (shutdown, Telegram down) counts as nothing; failures count apart."""
+    store = TelegramStore(db.connect(tmp_path / "g.db"))
+    store.accept([Accepted(1, 7, 7, 1, "a")], 2)
+    assert store.settle_crash(1) == (0, 0)
+    store.begin_attempt(1)  # … and the process dies
+    assert store.settle_crash(1) == (0, 1)
+    assert store.settle_crash(1) == (0, 1)  # a pause killed before the attempt: no crash
+    store.begin_attempt(1)
+    store.undo_attempt(1)
+    assert store.settle_crash(1) == (0, 1)
+    store.begin_attempt(1)
+    store.fail_attempt(1)
+    assert store.settle_crash(1) == (1, 1)
+    store.set_reply(1, "r")  # the turn's counts end with it; delivery starts afresh
+    assert store.settle_crash(1) == (0, 0)
+
+
+def test_crash_policy_allows_more_crashes_than_failures_with_growing_pauses() -> None:
+    """Crashes (maybe anyone's kill -9) get MAX_CRASHES tries with doubling pauses; ordinary
+    failures (the update's own) get MAX_ATTEMPTS tries, at once."""
+    assert MAX_CRASHES > MAX_ATTEMPTS
+    assert next_attempt(0, 0, 1.0, 60.0) == NextAttempt()
+    assert [next_attempt(0, c, 1.0, 60.0).delay for c in range(1, MAX_CRASHES)] == [
+        2.0**i for i in range(MAX_CRASHES - 1)]
+    assert next_attempt(0, 3, 10.0, 25.0).delay == 25.0
+    assert next_attempt(MAX_ATTEMPTS - 1, 0, 1.0, 60.0) == NextAttempt()
+    gone = next_attempt(MAX_ATTEMPTS, 0, 1.0, 60.0)
+    assert gone.give_up == f"failed {MAX_ATTEMPTS} times in a row" and gone.delay == 0
+    assert next_attempt(0, MAX_CRASHES, 1.0, 60.0).give_up == (
+        f"was cut by a crash {MAX_CRASHES} times in a row")
+
+
+@given(st.integers(0, 50), st.integers(0, 50))
+def test_crash_policy_is_bounded(failures: int, crashes: int) -> None:
+    step = next_attempt(failures, crashes, 1.0, 60.0)
+    assert 0.0 <= step.delay <= 60.0
+    assert (step.give_up is not None) == (failures >= MAX_ATTEMPTS or crashes >= MAX_CRASHES)
 
 
 # ----------------------------------------------------------------------------- failure paths
@@ -124,6 +172,8 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
     would otherwise double the wait up to a minute within a dozen retries."""
     monkeypatch.setattr(telegram, "BACKOFF_FIRST", 0.02)
     monkeypatch.setattr(telegram, "WORKER_BACKOFF_CAP", 0.5)
+    monkeypatch.setattr(telegram, "CRASH_DELAY_FIRST", 0.02)
+    monkeypatch.setattr(telegram, "CRASH_DELAY_CAP", 0.1)
 
 
 Respond = Callable[[Inbound, Any], Awaitable[str]]
@@ -310,12 +360,13 @@ async def test_turn_that_keeps_failing_is_marked_failed_with_a_short_reply(
 @pytest.mark.anyio
 async def test_crashes_across_restarts_count_and_end_in_failed(tmp_path: Path,
                                                                 quick: None) -> None:
-    """An update whose turn crashed the process MAX_ATTEMPTS times (each start counted an
-    attempt that never finished) is not tried again: no crash loop."""
+    """An update whose turn crashed the process MAX_CRASHES times (each start left its
+    attempt in flight) is not tried again: no crash loop."""
     path = tmp_path / "g.db"
     store = TelegramStore(db.connect(path))
     store.accept([Accepted(100, USER, USER, 1, "kills the process")], 101)
-    for _ in range(MAX_ATTEMPTS):
+    for _ in range(MAX_CRASHES):
+        store.settle_crash(100)
         store.begin_attempt(100)  # as each crashed start left it
     asked: list[str] = []
 
@@ -328,6 +379,28 @@ async def test_crashes_across_restarts_count_and_end_in_failed(tmp_path: Path,
             final = await settle(tg, ch, ["kills the process"])
         assert final["kills the process"] == "failed" and asked == []
         assert tg.sent_texts(USER) == [FAILED_REPLY]
+        assert store.state(100) == ("failed", 0,
+                                    f"the turn was cut by a crash {MAX_CRASHES} times in a row")
+
+
+@pytest.mark.anyio
+async def test_fewer_crashes_than_the_limit_pause_then_answer(
+    tmp_path: Path, quick: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """MAX_ATTEMPTS crashed starts (the old limit) are not the message's fault: after a
+    logged pause it is answered normally."""
+    path = tmp_path / "g.db"
+    store = TelegramStore(db.connect(path))
+    store.accept([Accepted(100, USER, USER, 1, "unlucky")], 101)
+    for _ in range(MAX_ATTEMPTS):
+        store.settle_crash(100)
+        store.begin_attempt(100)
+    async with FakeTelegram(token=TOKEN, first_update_id=101) as tg:
+        async with running(tg, path) as ch:
+            assert (await settle(tg, ch, ["unlucky"]))["unlucky"] == "answered"
+        assert tg.sent_texts(USER) == ["echo: unlucky"]
+    paused = [r for r in caplog.records if "retrying after a pause" in r.getMessage()]
+    assert [r.__dict__["crashes"] for r in paused] == [MAX_ATTEMPTS]
 
 
 @pytest.mark.anyio

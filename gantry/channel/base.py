@@ -67,6 +67,11 @@ class Inbound(msgspec.Struct, frozen=True):
     scheduled: bool = False
     """Sent by the scheduler, not a person: a failed turn raises TurnFailed instead of
     answering with an apology, which would be pushed to a user who asked nothing."""
+    on_answer: Callable[[str], None] | None = None
+    """The channel's own record of the reply. The agent calls it with the turn's final answer
+    inside the SQLite transaction that adds that answer to the history, so a kill can never
+    leave one without the other (a redelivered message would otherwise run its turn again).
+    It must write through the agent's connection, and only write."""
 
     @property
     def session_id(self) -> str:

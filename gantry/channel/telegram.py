@@ -41,7 +41,13 @@ from aiogram.exceptions import (
 from aiogram.types import BotCommand, Message, Update
 
 from gantry.channel.base import Inbound, Progress, Responder, TurnAborted
-from gantry.channel.telegram_store import MAX_ATTEMPTS, Accepted, Pending, TelegramStore
+from gantry.channel.telegram_store import (
+    MAX_ATTEMPTS,
+    Accepted,
+    Pending,
+    TelegramStore,
+    next_attempt,
+)
 from gantry.channel.tgfilter import GROUP_CHATS, LogOnce, addressed
 from gantry.channel.tgformat import (
     TELEGRAM_LIMIT,
@@ -70,6 +76,8 @@ SESSION_LIMIT = 100  # aiogram's defaults for its aiohttp connector (see _Sessio
 SESSION_DNS_TTL = 3600
 BACKOFF_FIRST = 1.0  # first retry delay of the poller and the chat workers
 WORKER_BACKOFF_CAP = 60.0  # longest wait of a chat worker between retries (Telegram down)
+CRASH_DELAY_FIRST = 1.0  # pause before retrying an update after a crash; doubles per crash
+CRASH_DELAY_CAP = 60.0
 MENU_ATTEMPTS = 5  # setMyCommands tries before the menu is given up (one warning)
 PLACEHOLDER = "…"
 FAILED_REPLY = (
@@ -404,43 +412,64 @@ class TelegramChannel:
     async def _process(self, row: Pending) -> bool:
         """One step for one update: the turn, then delivery. False means "back off".
 
-        Each attempt is counted before it starts, so a crash counts too; an attempt that
-        failed for reasons outside the update (Telegram down, shutdown) is uncounted.
-        After MAX_ATTEMPTS counted failures in a row the update is given up, never retried
-        forever: a failed turn gets FAILED_REPLY, a failed delivery ends the update.
+        Each attempt is marked in flight before it starts, so one the process died during is
+        counted as a crash at the next; an attempt that failed for reasons outside the update
+        (Telegram down, shutdown) counts as nothing. Past the limits of next_attempt the
+        update is given up, never retried forever: a failed turn gets FAILED_REPLY, a failed
+        delivery ends the update.
         """
-        if row.reply is None:
-            attempts = self.store.begin_attempt(row.update_id)
-            if attempts > MAX_ATTEMPTS:
-                log.error("message failed repeatedly; marked failed and skipped",
-                          extra={"update_id": row.update_id, "chat_id": row.chat_id,
-                                 "attempts": attempts - 1})
-                row.reply = FAILED_REPLY
-                self.store.set_reply(row.update_id, FAILED_REPLY,
-                                     error=f"the turn failed {attempts - 1} times in a row")
-            else:
-                try:
-                    # Shielded: once the turn has an answer, it is stored, even at shutdown
-                    # (the turn itself is cut at the drain deadline by TurnAborted).
-                    with anyio.CancelScope(shield=True):
-                        reply = await self._answer(row)
-                        self.store.set_reply(row.update_id, reply)
-                except TurnAborted:
-                    self.store.undo_attempt(row.update_id)
-                    raise
-                except Exception as exc:
-                    log.error("turn failed; will retry",
-                              extra={"update_id": row.update_id, "chat_id": row.chat_id,
-                                     "attempt": attempts}, exc_info=exc)
-                    return False
-                row.reply = reply
-        attempts = self.store.begin_attempt(row.update_id)
-        if attempts > MAX_ATTEMPTS:
-            log.error("reply delivery failed repeatedly; marked failed and skipped",
+        if row.reply is None and not await self._turn_step(row):
+            return False
+        return await self._delivery_step(row)
+
+    async def _hold(self, row: Pending, what: str) -> str | None:
+        """Before an attempt: why the update is given up, or None once the attempt may start
+        (after the pause next_attempt asks for when the last attempts crashed)."""
+        failures, crashes = self.store.settle_crash(row.update_id)
+        step = next_attempt(failures, crashes, CRASH_DELAY_FIRST, CRASH_DELAY_CAP)
+        if step.give_up is not None:
+            return step.give_up
+        if step.delay:
+            log.warning(f"the process died during this message's {what}; retrying after a pause",
+                        extra={"update_id": row.update_id, "chat_id": row.chat_id,
+                               "crashes": crashes, "retry_in_s": step.delay})
+            await anyio.sleep(step.delay)
+        self.store.begin_attempt(row.update_id)
+        return None
+
+    async def _turn_step(self, row: Pending) -> bool:
+        """The turn and its stored reply (row.reply set); False means "back off"."""
+        why = await self._hold(row, "turn")
+        if why is not None:
+            log.error("message failed repeatedly; marked failed and skipped",
+                      extra={"update_id": row.update_id, "chat_id": row.chat_id, "why": why})
+            row.reply = FAILED_REPLY
+            self.store.set_reply(row.update_id, FAILED_REPLY, error=f"the turn {why}")
+            return True
+        try:
+            # Shielded: once the turn has an answer, it is stored, even at shutdown
+            # (the turn itself is cut at the drain deadline by TurnAborted).
+            with anyio.CancelScope(shield=True):
+                reply = await self._answer(row)
+                self.store.set_reply(row.update_id, reply)  # done already if the agent did
+        except TurnAborted:
+            self.store.undo_attempt(row.update_id)
+            raise
+        except Exception as exc:
+            failures = self.store.fail_attempt(row.update_id)
+            log.error("turn failed; will retry",
                       extra={"update_id": row.update_id, "chat_id": row.chat_id,
-                             "attempts": attempts - 1})
-            self.store.finish(row.update_id, "failed",
-                              f"delivery failed {attempts - 1} times in a row")
+                             "failures": failures}, exc_info=exc)
+            return False
+        row.reply = reply
+        return True
+
+    async def _delivery_step(self, row: Pending) -> bool:
+        why = await self._hold(row, "delivery")
+        if why is not None:
+            log.error("reply delivery failed repeatedly; marked failed and skipped",
+                      extra={"update_id": row.update_id, "chat_id": row.chat_id, "why": why})
+            self.store.finish(row.update_id, "failed", f"delivery {why}")
             return True
         with anyio.CancelScope(shield=True) as scope:
             self._deliveries.add(scope)
@@ -468,7 +497,9 @@ class TelegramChannel:
                         extra={**where, "error": f"{type(exc).__name__}: {exc}"})
             self.store.undo_attempt(row.update_id)
             return False
-        log.error("reply delivery failed unexpectedly; will retry", extra=where, exc_info=exc)
+        failures = self.store.fail_attempt(row.update_id)
+        log.error("reply delivery failed unexpectedly; will retry",
+                  extra={**where, "failures": failures}, exc_info=exc)
         return False
 
     def _begin_grace(self) -> None:
@@ -485,9 +516,13 @@ class TelegramChannel:
         assert self._respond is not None
         # A private chat's id is its user's id; any other chat is a group (accepted only
         # with TELEGRAM_GROUPS=mention).
+        # on_answer stores the reply in the agent's transaction (one connection per process,
+        # so the same one): a kill cannot leave the answer recorded and the row unanswered,
+        # which would run the whole turn, tool calls and all, again on redelivery.
         inbound = Inbound(channel=self.name, chat_id=str(row.chat_id), user_id=str(row.user_id),
                           text=row.text, message_id=str(row.message_id),
-                          group=row.chat_id != row.user_id)
+                          group=row.chat_id != row.user_id,
+                          on_answer=lambda reply: self.store.set_reply(row.update_id, reply))
         stream = TelegramStream(self, row) if self.stream_replies else None
         aborted = False
         async with anyio.create_task_group() as tg:

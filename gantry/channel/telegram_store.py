@@ -4,8 +4,9 @@ An update is *accepted* (row written and offset advanced in one transaction) bef
 Telegram is told it was received, *replied* once the agent's answer is stored, and
 *answered* when every part is delivered. A restart resumes whatever is still accepted or
 replied. Two other ends exist, so nothing stays pending forever: *failed* (processing
-crashed or failed unexpectedly MAX_ATTEMPTS times in a row) and *undeliverable* (Telegram
-refused the reply for good: bot blocked, chat gone).
+failed unexpectedly MAX_ATTEMPTS times in a row, or the process died during it MAX_CRASHES
+times in a row) and *undeliverable* (Telegram refused the reply for good: bot blocked, chat
+gone).
 """
 
 from __future__ import annotations
@@ -17,7 +18,35 @@ from collections.abc import Sequence
 import msgspec
 
 PENDING = "state IN ('accepted', 'replied')"
-MAX_ATTEMPTS = 3  # consecutive crashed/failed attempts before an update is given up
+MAX_ATTEMPTS = 3  # consecutive attempts ending in an ordinary failure before giving up
+MAX_CRASHES = 5  # consecutive attempts the process died during before giving up
+
+
+class NextAttempt(msgspec.Struct, frozen=True):
+    """What the retry policy says before an attempt: wait `delay` s, or give up (`give_up`
+    says why, and no attempt is made)."""
+
+    delay: float = 0.0
+    give_up: str | None = None
+
+
+def next_attempt(failures: int, crashes: int, delay_first: float,
+                 delay_cap: float) -> NextAttempt:
+    """The policy for an update after `failures` failed and `crashes` crashed attempts in a row.
+
+    A failure is the update's own doing, so few are allowed. A crash may be anyone's (an
+    operator's kill -9, the OOM killer, a restart storm): more are allowed, and each holds
+    the next attempt back longer, so a kill landing at a random moment is unlikely to cut
+    the same turn again, while a message that really crashes the process is still given up
+    (after delays of delay_first, twice that, … capped at delay_cap).
+    """
+    if failures >= MAX_ATTEMPTS:
+        return NextAttempt(give_up=f"failed {failures} times in a row")
+    if crashes >= MAX_CRASHES:
+        return NextAttempt(give_up=f"was cut by a crash {crashes} times in a row")
+    if crashes <= 0:
+        return NextAttempt()
+    return NextAttempt(delay=min(delay_cap, delay_first * 2 ** (crashes - 1)))
 
 
 class Pending(msgspec.Struct):
@@ -29,7 +58,6 @@ class Pending(msgspec.Struct):
     reply: str | None
     sent_parts: int
     stream_msgs: list[int]
-    attempts: int = 0
 
 
 class Accepted(msgspec.Struct, frozen=True):
@@ -91,7 +119,7 @@ class TelegramStore:
         """The oldest unfinished update of a chat (per-chat arrival order)."""
         rows = self._rows(
             "SELECT update_id, chat_id, user_id, message_id, text, reply, sent_parts, "
-            f"stream_msgs, attempts FROM telegram_update WHERE chat_id = ? AND {PENDING} "
+            f"stream_msgs FROM telegram_update WHERE chat_id = ? AND {PENDING} "
             "ORDER BY update_id LIMIT 1",
             (chat_id,),
         )
@@ -101,44 +129,64 @@ class TelegramStore:
         return Pending(
             int(r[0]), int(r[1]), int(r[2]), int(r[3]), str(r[4]),  # type: ignore[call-overload]
             None if r[5] is None else str(r[5]), int(r[6]),  # type: ignore[call-overload]
-            [int(x) for x in json.loads(str(r[7]))], int(r[8]),  # type: ignore[call-overload]
+            [int(x) for x in json.loads(str(r[7]))],
         )
 
     def set_reply(self, update_id: int, reply: str, error: str | None = None) -> None:
-        """Store the reply to deliver; `error` set means it stands in for a failed turn."""
+        """Store the reply to deliver; `error` set means it stands in for a failed turn.
+
+        Idempotent, and safe inside a caller's transaction (the agent records the answer in
+        the history and calls this in the same one: see TelegramChannel._answer)."""
         with self.conn:  # type: ignore[attr-defined]
             self._rows(
                 "UPDATE telegram_update SET reply = ?, state = 'replied', attempts = 0, "
-                "error = ? WHERE update_id = ?",
+                "crashes = 0, in_flight = 0, error = ? WHERE update_id = ?",
                 (reply, error, update_id),
             )
 
-    def begin_attempt(self, update_id: int) -> int:
-        """Count an attempt before making it (so a crash counts too); the new count."""
+    def settle_crash(self, update_id: int) -> tuple[int, int]:
+        """(failures, crashes) in a row before the next attempt. An attempt still marked in
+        flight was cut by the process dying: it is counted as a crash here."""
         with self.conn:  # type: ignore[attr-defined]
             rows = self._rows(
-                "UPDATE telegram_update SET attempts = attempts + 1 WHERE update_id = ? "
-                "RETURNING attempts",
+                "UPDATE telegram_update SET crashes = crashes + in_flight, in_flight = 0 "
+                "WHERE update_id = ? RETURNING attempts, crashes",
+                (update_id,),
+            )
+        if not rows:
+            return 0, 0
+        return int(rows[0][0]), int(rows[0][1])  # type: ignore[call-overload]
+
+    def begin_attempt(self, update_id: int) -> None:
+        """Mark an attempt in flight before making it, so a crash during it is noticed."""
+        with self.conn:  # type: ignore[attr-defined]
+            self._rows("UPDATE telegram_update SET in_flight = 1 WHERE update_id = ?",
+                       (update_id,))
+
+    def fail_attempt(self, update_id: int) -> int:
+        """The attempt ended in an ordinary failure; the failures in a row now."""
+        with self.conn:  # type: ignore[attr-defined]
+            rows = self._rows(
+                "UPDATE telegram_update SET attempts = attempts + 1, in_flight = 0 "
+                "WHERE update_id = ? RETURNING attempts",
                 (update_id,),
             )
         return int(rows[0][0]) if rows else 0  # type: ignore[call-overload]
 
     def undo_attempt(self, update_id: int) -> None:
         """The attempt ended in a way that says nothing about the update (Telegram
-        unreachable, shutdown): it does not count towards giving up."""
+        unreachable, shutdown): it counts neither as a failure nor as a crash."""
         with self.conn:  # type: ignore[attr-defined]
-            self._rows(
-                "UPDATE telegram_update SET attempts = max(0, attempts - 1) WHERE update_id = ?",
-                (update_id,),
-            )
+            self._rows("UPDATE telegram_update SET in_flight = 0 WHERE update_id = ?",
+                       (update_id,))
 
     def finish(self, update_id: int, state: str, error: str) -> None:
         """End an update as `failed` or `undeliverable`, saying why."""
         assert state in ("failed", "undeliverable")
         with self.conn:  # type: ignore[attr-defined]
             self._rows(
-                "UPDATE telegram_update SET state = ?, error = ?, answered_at = ? "
-                "WHERE update_id = ?",
+                "UPDATE telegram_update SET state = ?, error = ?, answered_at = ?, "
+                "in_flight = 0 WHERE update_id = ?",
                 (state, error[:500], time.time(), update_id),
             )
 
@@ -158,9 +206,10 @@ class TelegramStore:
                 "UPDATE telegram_update SET sent_parts = ?, "
                 "state = CASE WHEN ? THEN (CASE WHEN error IS NULL THEN 'answered' "
                 "ELSE 'failed' END) ELSE 'replied' END, "
-                "answered_at = CASE WHEN ? THEN ? ELSE answered_at END "
+                "answered_at = CASE WHEN ? THEN ? ELSE answered_at END, "
+                "in_flight = CASE WHEN ? THEN 0 ELSE in_flight END "
                 "WHERE update_id = ?",
-                (parts, done, done, time.time(), update_id),
+                (parts, done, done, time.time(), done, update_id),
             )
 
     def state(self, update_id: int) -> tuple[str, int, str | None] | None:

@@ -195,8 +195,15 @@ class Ticker:
                     self._fail(run, f"turn interrupted {MAX_TURN_ATTEMPTS} times")
                     return
                 chat = run.session_id.split(":", 1)[1]
+                run_id = run.id
+
+                def record(answer: str) -> None:
+                    """Stored in the agent's transaction with the answer: a kill after the
+                    turn finds the reply, and never runs the turn (its tools) again."""
+                    self.store.set_reply(run_id, answer, is_silent(answer), self.clock.now())
+
                 msg = Inbound(channel=self.channel, chat_id=chat, user_id=USER_ID,
-                              text=synthetic_text(run), scheduled=True)
+                              text=synthetic_text(run), scheduled=True, on_answer=record)
                 try:
                     reply = await self.respond(msg, None)
                 except TurnAborted:

@@ -50,6 +50,7 @@ __all__ = [
     "Reply",
     "Script",
     "ToolCalls",
+    "UseTool",
     "rate_limited",
 ]
 
@@ -97,6 +98,17 @@ class ToolCalls:
     text: str = ""
     pieces: int = 3
     interleave: bool = False
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class UseTool:
+    """Behave like a model with one tool to use: call it while the newest message is the
+    user's, answer `reply` once its result is in. A retried turn then gets what a real model
+    would give it, wherever the retry resumes."""
+
+    call: Call
+    reply: str
     delay: float = 0.0
 
 
@@ -166,7 +178,8 @@ class BadGzip:
     delay: float = 0.0
 
 
-Script = Reply | Echo | ToolCalls | HTTPError | CutStream | Malformed | RawSSE | CutJSON | BadGzip
+Script = (Reply | Echo | ToolCalls | UseTool | HTTPError | CutStream | Malformed | RawSSE
+          | CutJSON | BadGzip)
 
 
 @dataclass
@@ -377,6 +390,9 @@ class FakeOpenAI(LoopbackServer):
         )
         if isinstance(script, Echo):
             script = Reply(f"echo: {recorded.last_user_text}", chunk_size=script.chunk_size)
+        if isinstance(script, UseTool):
+            newest = recorded.messages[-1].get("role") if recorded.messages else None
+            script = Reply(script.reply) if newest == "tool" else ToolCalls([script.call])
         if isinstance(script, HTTPError):
             return _scripted_error(script)
         if isinstance(script, RawSSE):
