@@ -99,7 +99,7 @@ def debian_parts(paths: Iterable[str]) -> tuple[list[Part], list[str]]:
         if not line:
             unowned.append(path)
             continue
-        # "libc6:amd64: /lib/x86_64-linux-gnu/libc.so.6"
+        # "<package>:<arch>: <path>"
         owners.setdefault(line.splitlines()[0].split(": ", 1)[0], []).append(Path(path).name)
     parts = []
     for package, files in sorted(owners.items()):

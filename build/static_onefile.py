@@ -37,12 +37,14 @@ both paths in the environment (GANTRY_DISTRIBUTIONS_JSON, GANTRY_CARRIED_JSON).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
 import shutil
 import struct
 import subprocess
+from typing import Any
 
 from nuitka.freezer.IncludedDataFiles import (
     addIncludedDataFile,
@@ -82,35 +84,18 @@ def _is_elf(path: str) -> bool:
         return fh.read(4) == b"\x7fELF"
 
 
-PT_INTERP = 3
+def _load_elf() -> Any:
+    """build/elf.py, loaded by path: Nuitka loads this plugin by path, so its directory is not
+    on sys.path (and putting it there could leak build modules into the import scan)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elf.py")
+    spec = importlib.util.spec_from_file_location("gantry_build_elf", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def elf_interpreter(image: bytes) -> str | None:
-    """The PT_INTERP path an ELF image asks the kernel for, None if it has none (static).
-
-    Any class and byte order (x86-64 and aarch64 are both ELF64 little-endian; nothing here
-    depends on the machine field), so the build reads the running platform's binaries as
-    they are instead of naming a platform's loader.
-    """
-    if image[:4] != b"\x7fELF" or image[4] not in (1, 2) or image[5] not in (1, 2):
-        raise ValueError("not an ELF image")
-    wide, order = image[4] == 2, "<" if image[5] == 1 else ">"
-    if wide:
-        phoff = struct.unpack_from(order + "Q", image, 0x20)[0]
-        phentsize, phnum = struct.unpack_from(order + "HH", image, 0x36)
-        offset_at, size_at, word = 8, 32, "Q"
-    else:
-        phoff = struct.unpack_from(order + "I", image, 0x1C)[0]
-        phentsize, phnum = struct.unpack_from(order + "HH", image, 0x2A)
-        offset_at, size_at, word = 4, 16, "I"
-    for i in range(phnum):
-        entry = phoff + i * phentsize
-        if struct.unpack_from(order + "I", image, entry)[0] != PT_INTERP:
-            continue
-        offset = struct.unpack_from(order + word, image, entry + offset_at)[0]
-        size = struct.unpack_from(order + word, image, entry + size_at)[0]
-        return image[offset:offset + size].rstrip(b"\0").decode()
-    return None
+elf_interpreter = _load_elf().elf_interpreter
 
 
 def _has_interp(path: str) -> bool:

@@ -63,12 +63,12 @@ def info() -> dict[str, str]:
 DISTRIBUTIONS_FILE = "distributions.json"
 
 
-def distributions() -> dict[str, str]:
+def distributions(here: str | None = None) -> dict[str, str]:
     """The third-party distributions inside this gantry and their versions: the binary's
     bundled list, or, from source, the installed closure of gantry's runtime requirements."""
     import json
 
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = here or os.path.dirname(os.path.abspath(__file__))
     try:
         with open(os.path.join(here, DISTRIBUTIONS_FILE), encoding="utf-8") as f:
             data = json.load(f)
