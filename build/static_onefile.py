@@ -42,7 +42,6 @@ import json
 import os
 import re
 import shutil
-import struct
 import subprocess
 from typing import Any
 
