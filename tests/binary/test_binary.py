@@ -152,6 +152,22 @@ def test_version_shows_embedded_build_info(
     assert r.stderr == ""
 
 
+def test_version_json_lists_what_the_sbom_lists(sandbox: Sandbox, binary: Path) -> None:
+    """The bundled distributions `version --json` names are the SBOM's PyPI components, with
+    the same versions, and the checksums file matches the files next to it (issue 25)."""
+    r = sandbox.run([INSTALL_PATH, "version", "--json"], timeout=120)
+    assert r.returncode == 0, r
+    listed = json.loads(r.stdout)["distributions"]
+    bom = json.loads((binary.parent / "gantry.cdx.json").read_text())
+    pypi = {c["name"]: c["version"] for c in bom["components"]
+            if c["purl"].startswith("pkg:pypi/") and c["type"] == "library"}
+    assert listed == pypi and {"aiogram", "mcp", "pydantic", "apsw"} <= set(listed)
+    assert bom["metadata"]["component"]["version"] == json.loads(r.stdout)["version"]
+    check = subprocess.run(["sha256sum", "-c", "gantry.sha256"], cwd=binary.parent,
+                           capture_output=True, text=True)
+    assert check.returncode == 0 and check.stdout.count(": OK") == 2, check
+
+
 def test_status_fails_before_the_daemon_ran(sandbox: Sandbox) -> None:
     data = sandbox.new_data_dir("data-never-ran")
     r = _status(sandbox, data)
