@@ -104,3 +104,29 @@ def test_dockerfile_builder_installs_the_lock_with_hashes() -> None:
     assert "pip install --require-hashes --no-deps -r lock/backend.txt" in text
     assert "pip install --require-hashes --no-build-isolation -r lock/build.txt" in text
     assert re.search(r"pip install --no-deps --no-build-isolation \S*\.", text)
+
+
+def _tags(machine: str, wheels: list[str]) -> set[str]:
+    """Python/ABI tags of the wheels for `machine` that Python 3.11 on glibc can install."""
+    out = set()
+    for name in wheels:
+        parts = name[:-len(".whl")].split("-")
+        py, abi, plat = parts[-3], parts[-2], parts[-1]
+        if machine in plat and "manylinux" in plat and (
+                "cp311" in py or abi == "abi3" or py.startswith("py3")):
+            out.add(f"{py}-{abi}")
+    return out
+
+
+def test_every_binary_wheel_for_amd64_has_an_arm64_twin() -> None:
+    """The lock serves a linux/arm64 builder too: no package is installable on x86-64 only
+    (a source build there would need a compiler toolchain the image may lack)."""
+    data = tomllib.loads((ROOT / "uv.lock").read_text())
+    missing = []
+    for package in data["package"]:
+        wheels = [w["url"].rsplit("/", 1)[-1] for w in package.get("wheels", [])]
+        if any(w.endswith("-none-any.whl") for w in wheels):
+            continue
+        if _tags("x86_64", wheels) - _tags("aarch64", wheels):
+            missing.append(package["name"])
+    assert missing == []
