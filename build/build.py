@@ -22,7 +22,8 @@ What it does (details and measurements: docs/packaging.md):
    appends the timings to build/.work/timings.jsonl (read by bench/binary.py).
 
 The version is gantry/VERSION (the one source: pyproject.toml and `gantry version` read it too);
-SOURCE_DATE_EPOCH, if set, is the build date (`nox -s release` sets the release commit's time).
+The build date is SOURCE_DATE_EPOCH if set (`nox -s release` sets the release commit's time),
+else the commit's time for a build of a clean commit, else now.
 
 Runtime needs of the result: a writable, exec-allowed /tmp (the payload is unpacked once per
 version into TEMPDIR_SPEC and reused; later starts check each file's size and skip it).
@@ -222,7 +223,12 @@ def build_info() -> dict[str, str]:
     dirty = _git("status", "--porcelain", "--untracked-files=no", "--", "gantry")
     if commit != "unknown" and dirty:
         commit += "-dirty"
-    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    # The build date: SOURCE_DATE_EPOCH, else the commit's time when the tree is that commit
+    # (two builds of a commit then embed the same date: docs/packaging.md, "Reproducibility"),
+    # else now.
+    epoch = os.environ.get("SOURCE_DATE_EPOCH") or (
+        _git("log", "-1", "--format=%ct") if commit != "unknown" and not dirty
+        and not os.environ.get("GANTRY_COMMIT") else "")
     when = (
         dt.datetime.fromtimestamp(int(epoch), dt.UTC)
         if epoch
