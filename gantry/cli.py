@@ -199,6 +199,9 @@ def _version(args: Any) -> int:
     if args.json:
         import json
 
+        from gantry.buildinfo import distributions
+
+        data["distributions"] = distributions()
         print(json.dumps(data))
     else:
         print(f"gantry {data['version']}")

@@ -92,3 +92,22 @@ def test_healthcheck_forms_take_the_fast_path(argv: list[str]) -> None:
 )
 def test_everything_else_goes_to_argparse(argv: list[str]) -> None:
     assert quick_parse(argv) is None
+
+
+def test_the_version_has_one_source() -> None:
+    """gantry/VERSION is read by pyproject.toml (setuptools), gantry.__version__, the build and
+    the image label's check; nothing else spells the version out."""
+    import tomllib
+    from pathlib import Path
+
+    import gantry
+
+    root = Path(__file__).resolve().parents[1]
+    version = (root / "gantry" / "VERSION").read_text().strip()
+    pyproject = tomllib.loads((root / "pyproject.toml").read_text())
+    assert "version" not in pyproject["project"] and "version" in pyproject["project"]["dynamic"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"file": "gantry/VERSION"}
+    assert "VERSION" in pyproject["tool"]["setuptools"]["package-data"]["gantry"]
+    assert gantry.__version__ == version
+    assert "__version__ =" not in (root / "gantry" / "__init__.py").read_text()
+    assert 'cat gantry/VERSION' in (root / "Dockerfile.distroless").read_text()

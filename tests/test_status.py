@@ -178,10 +178,28 @@ def test_status_imports_are_lean(tmp_path: Path) -> None:
 
 
 def test_version_imports_are_lean() -> None:
-    r = _imported(["version", "--json"])
+    r = _imported(["version"])
     assert r.returncode == 0, r.stderr
     assert "HEAVY []" in r.stdout and "PROXYENV False" in r.stdout
-    assert '"sqlite": "3.' in r.stdout
+    assert "sqlite      3." in r.stdout
+
+
+def test_version_json_imports_are_lean_where_the_list_is_bundled(tmp_path: Path) -> None:
+    """The binary's `version --json` reads its bundled distribution list, a JSON file: no
+    importlib.metadata (and its typing). From source it walks the installed metadata instead,
+    which imports typing, and nothing heavier."""
+    (tmp_path / "distributions.json").write_text('{"aiogram": "3.31.0"}')
+    code = ("import sys; from gantry import buildinfo; "
+            f"d = buildinfo.distributions({str(tmp_path)!r}); "
+            f"print(d, sorted({{m.split('.')[0] for m in sys.modules}} & {NOT_ON_HEALTHCHECK!r}),"
+            " 'importlib.metadata' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.strip() == "{'aiogram': '3.31.0'} [] False"
+    r = _imported(["version", "--json"])
+    assert r.returncode == 0, r.stderr
+    assert "HEAVY ['typing']" in r.stdout and "PROXYENV False" in r.stdout
+    assert '"sqlite": "3.' in r.stdout and '"distributions": {"aiofiles": ' in r.stdout
 
 
 # ----------------------------------------------------------------------------- stopped mark

@@ -25,6 +25,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -95,6 +96,11 @@ class RootfsUnavailable(RuntimeError):
 
 def _run(cmd: Sequence[str], **kw: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(cmd), check=True, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
+
+
+# The host's libc in its multiarch directory (usr/lib/<triplet>/libc.so.6, whatever the
+# machine): the rootfs must not have one.
+HOST_LIBC = f"usr/lib/{sysconfig.get_config_var('MULTIARCH')}/libc.so.6"
 
 
 def _package_versions() -> dict[str, str]:
@@ -181,7 +187,7 @@ def _assemble(tree: Path, ca_pkg: Path) -> None:
         (tree / d).chmod(mode)
     os.chown(tree / "home/nonroot", NONROOT_UID, NONROOT_UID)
     # Nothing executable besides what we install: prove there is no libc, loader or shell.
-    for bad in ("usr/lib/x86_64-linux-gnu/libc.so.6", "bin/sh", "lib64"):
+    for bad in (HOST_LIBC, "bin/sh", "lib64"):
         if (tree / bad).exists():
             raise RootfsUnavailable(f"rootfs unexpectedly contains {bad}")
 

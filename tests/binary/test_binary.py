@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.binary.conftest import ROOT
-from tests.binary.rootfs import CA_BUNDLE, INSTALL_PATH, NONROOT_UID, Sandbox
+from tests.binary.rootfs import CA_BUNDLE, HOST_LIBC, INSTALL_PATH, NONROOT_UID, Sandbox
 from tests.fakes.pki import PKI
 from tests.procs import ChildIO
 
@@ -128,8 +128,7 @@ def test_rootfs_is_distroless_like(sandbox: Sandbox) -> None:
     assert (root / "etc/services").is_file()  # netbase
     assert "nonroot:x:65532:65532:" in (root / "etc/passwd").read_text()
     assert (root / "tmp").stat().st_mode & 0o7777 == 0o1777
-    for absent in ("bin/sh", "usr/bin/sh", "lib64", "usr/lib/x86_64-linux-gnu/libc.so.6",
-                   "usr/bin/python3"):
+    for absent in ("bin/sh", "usr/bin/sh", "lib64", HOST_LIBC, "usr/bin/python3"):
         assert not (root / absent).exists(), absent
     elfs = [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()
             and p.read_bytes()[:4] == b"\x7fELF"]
@@ -150,6 +149,22 @@ def test_version_shows_embedded_build_info(
     assert fields["build_date"] == build_record["build_date"]
     assert fields["frozen"] == "yes"
     assert r.stderr == ""
+
+
+def test_version_json_lists_what_the_sbom_lists(sandbox: Sandbox, binary: Path) -> None:
+    """The bundled distributions `version --json` names are the SBOM's PyPI components, with
+    the same versions, and the checksums file matches the files next to it (issue 25)."""
+    r = sandbox.run([INSTALL_PATH, "version", "--json"], timeout=120)
+    assert r.returncode == 0, r
+    listed = json.loads(r.stdout)["distributions"]
+    bom = json.loads((binary.parent / "gantry.cdx.json").read_text())
+    pypi = {c["name"]: c["version"] for c in bom["components"]
+            if c["purl"].startswith("pkg:pypi/") and c["type"] == "library"}
+    assert listed == pypi and {"aiogram", "mcp", "pydantic", "apsw"} <= set(listed)
+    assert bom["metadata"]["component"]["version"] == json.loads(r.stdout)["version"]
+    check = subprocess.run(["sha256sum", "-c", "gantry.sha256"], cwd=binary.parent,
+                           capture_output=True, text=True)
+    assert check.returncode == 0 and check.stdout.count(": OK") == 2, check
 
 
 def test_status_fails_before_the_daemon_ran(sandbox: Sandbox) -> None:
