@@ -65,7 +65,7 @@ def test_mcp_memory_speaks_mcp_over_stdio(sandbox: Sandbox, persona_dir: Path) -
         rpc.kill()
     listed = sandbox.run([INSTALL_PATH, "memory", "list"], env={"DATA_DIR": "/data"}, data=data)
     assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.startswith("#1 (person) mom: prefers calls over texts · chat")
+    assert listed.stdout.startswith("#1 (person) mom: prefers calls over texts · mcp")
 
 
 def test_run_stores_and_hydrates_memory(
