@@ -222,3 +222,61 @@ def test_env_file_readable_by_others_is_a_warning(tmp_path: Path) -> None:
     assert group.startswith("warn") and "readable by group (mode 0640)" in group
     assert owner.startswith("ok") and "(mode 0600)" in owner
     assert "chmod" not in out[0o600]
+
+
+ODD_BOT_API = [
+    ("true", "with true, not a Bot API reply"),
+    ("[]", "with [], not a Bot API reply"),
+    ('"x"', 'with "x", not a Bot API reply'),
+    ('{"ok": true}', "with no result, not"),
+    ('{"ok": true, "result": true}', "with true, not"),
+    ('{"ok": true, "result": []}', "with [], not"),
+    ("<html>proxy says hi</html>", "a body that is not JSON: <html>proxy says hi</html>"),
+    ("", "a body that is not JSON: (empty)"),
+]
+
+
+@pytest.mark.parametrize("body,said", ODD_BOT_API, ids=[b or "empty" for b, _ in ODD_BOT_API])
+@pytest.mark.parametrize("method", ["getMe", "getWebhookInfo"])
+def test_odd_bot_api_answers_are_a_fail_line_naming_the_probe(
+    tmp_path: Path, method: str, body: str, said: str
+) -> None:
+    """A self-hosted or proxy Bot API may answer anything: a FAIL line, never an internal error."""
+    with FakeOpenAI(api_key=KEY) as model, FakeTelegram(token=TOKEN) as tg:
+        tg.fail(method, "raw", status=200, description=body)
+        result = _check(_telegram_env(tmp_path, model.base_url, tg))
+    assert result.returncode == 1, result.stdout
+    name = "telegram" if method == "getMe" else "telegram webhook"
+    line = _line(result.stdout, name)
+    assert line.startswith("FAIL") and f"{method} answered HTTP 200 " in line and said in line
+    assert "report this as a bug" not in result.stdout and "Error:" not in result.stdout
+    assert "TELEGRAM_API_URL must be a Bot API server" in result.stdout
+    assert _line(result.stdout, "model").startswith("ok")  # the other probes still ran
+
+
+def test_bot_api_error_reply_names_the_method_and_description(tmp_path: Path) -> None:
+    with FakeOpenAI(api_key=KEY) as model, FakeTelegram(token=TOKEN) as tg:
+        tg.fail("getWebhookInfo", "server_error", description="Internal Server Error: busy")
+        result = _check(_telegram_env(tmp_path, model.base_url, tg))
+    assert result.returncode == 1
+    line = _line(result.stdout, "telegram webhook")
+    assert line.startswith("FAIL") and "getWebhookInfo answered HTTP 500: Internal" in line
+    assert "try again later" in result.stdout
+
+
+ODD_MODEL = [b"true", b"[]", b'"x"', b"{}", b'{"choices": []}', b"not json at all"]
+
+
+@pytest.mark.parametrize("body", ODD_MODEL, ids=[b.decode() for b in ODD_MODEL])
+def test_odd_model_replies_are_a_fail_line_not_unreachable(tmp_path: Path, body: bytes) -> None:
+    """The endpoint answered: saying it cannot be reached would send the operator to DNS."""
+    from tests.fakes.openai import RawSSE
+
+    with FakeOpenAI(api_key=KEY) as model:
+        model.push(RawSSE(body, content_type="application/json"))
+        result = _check(_env(tmp_path, model.base_url))
+    assert result.returncode == 1
+    line = _line(result.stdout, "model")
+    assert line.startswith("FAIL") and "answered, but not with a chat completion" in line
+    assert "cannot reach" not in result.stdout and "report this as a bug" not in result.stdout
+    assert "OpenAI-compatible root" in result.stdout
