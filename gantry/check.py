@@ -1,8 +1,9 @@
 """`gantry check`: every validation `run` does, then real probes, one line per check.
 
 Distroless has no shell to poke around with, so this is how an operator asks "is it wired
-right?". It never sends a Telegram message, never writes a memory, and never prints a secret
-(every line passes through the same redactor as the logs).
+right?". It never sends a Telegram message, never creates or writes a file (not even the
+database: it checks that `run` could), and never prints a secret (every line passes through
+the same redactor as the logs).
 """
 
 from __future__ import annotations
@@ -84,21 +85,17 @@ def check_persona(cfg: Config) -> Result:
 
 
 def check_database(cfg: Config) -> Result:
+    """Whether `run` can open and migrate the database; creates and writes nothing."""
     from gantry import db
 
     started = time.monotonic()
     try:
-        db.ensure_data_dir(cfg.data_dir)
-        conn = db.connect(cfg.db_path)
+        detail = db.inspect(cfg.data_dir, cfg.db_path)
     except db.DatabaseError as exc:
-        return _fail("database", str(exc), "DATA_DIR must be a writable directory owned by the "
-                     "user gantry runs as")
-    try:
-        version = int(conn.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
-    finally:
-        conn.close()
-    return _ok("database", f"{cfg.db_path} writable, schema version {version}",
-               _elapsed(started))
+        hint = ("run that newer gantry, or restore a backup" if "newer" in str(exc) else
+                "DATA_DIR must be a writable directory owned by the user gantry runs as")
+        return _fail("database", str(exc), hint)
+    return _ok("database", detail, _elapsed(started))
 
 
 def check_extraction() -> Result:

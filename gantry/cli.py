@@ -148,7 +148,8 @@ def _parser() -> argparse.ArgumentParser:
         "check",
         help="validate the configuration and probe the model, Telegram and MCP servers",
         description="Run every validation `gantry run` does, then probe for real, one line "
-        "per check. Exit 0 only if every check passes. Sends no message, writes no memory.",
+        "per check. Exit 0 only if every check passes. Sends no message and creates or "
+        "writes no file (DATA_DIR and the database are only checked, read-only).",
     )
     chk.add_argument("--env-file", metavar="PATH",
                      help="read KEY=VALUE lines from PATH; variables already set win")

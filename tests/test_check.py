@@ -160,23 +160,86 @@ def test_telegram_probe_ignores_proxy_variables(tmp_path: Path) -> None:
     assert _line(result.stdout, "telegram").startswith("ok")
 
 
-def test_read_only_data_dir(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    data.mkdir()
-    cmd = [sys.executable, "-m", "gantry", "check"]
+def _unwritable(directory: Path, cmd: list[str]) -> list[str]:
+    """`cmd` run where `directory` cannot be written, by this uid or by root."""
     if os.getuid() == 0:  # root writes through mode bits: use a read-only mount instead
         if shutil.which("unshare") is None:
             pytest.skip("root without unshare(1)")
-        mount = f"mount -t tmpfs -o ro tmpfs {shlex.quote(str(data))}"
-        cmd = ["unshare", "-m", "sh", "-c", f"{mount} && exec {shlex.join(cmd)}"]
-    else:
-        data.chmod(0o555)
+        mount = f"mount -t tmpfs -o ro tmpfs {shlex.quote(str(directory))}"
+        return ["unshare", "-m", "sh", "-c", f"{mount} && exec {shlex.join(cmd)}"]
+    directory.chmod(0o555)
+    return cmd
+
+
+def test_read_only_data_dir(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    cmd = _unwritable(data, [sys.executable, "-m", "gantry", "check"])
     with FakeOpenAI(api_key=KEY) as model:
         result = _run(cmd, _env(tmp_path, model.base_url))
     assert result.returncode == 1
     line = _line(result.stdout, "database")
     assert line.startswith("FAIL") and "not writable" in line
     assert _line(result.stdout, "model").startswith("ok")  # the other checks still ran
+
+
+def test_missing_data_dir_in_an_unwritable_parent_fails(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    cmd = _unwritable(locked, [sys.executable, "-m", "gantry", "check"])
+    with FakeOpenAI(api_key=KEY) as model:
+        result = _run(cmd, _env(tmp_path, model.base_url, DATA_DIR=str(locked / "data")))
+    assert result.returncode == 1
+    line = _line(result.stdout, "database")
+    assert line.startswith("FAIL") and "does not exist and cannot be created" in line
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*"))}
+
+
+def test_check_creates_no_data_dir_and_status_then_says_no_database(tmp_path: Path) -> None:
+    """`check` writes nothing; it used to create DATA_DIR/gantry.db, which status misread."""
+    with FakeOpenAI(api_key=KEY) as model:
+        env = _env(tmp_path, model.base_url)
+        before = _tree(tmp_path)
+        result = _check(env)
+    assert result.returncode == 0, result.stdout
+    line = _line(result.stdout, "database")
+    assert line.startswith("ok") and "does not exist yet; gantry run creates it" in line
+    assert _tree(tmp_path) == before and not (tmp_path / "data").exists()
+    status = _run([sys.executable, "-m", "gantry", "status"], env)
+    assert status.returncode == 1 and "no database at" in status.stdout
+    for cmd in (["cron", "list"], ["memory", "list"]):
+        listed = _run([sys.executable, "-m", "gantry", *cmd], env)
+        assert listed.returncode == 1 and "no database at" in listed.stdout + listed.stderr
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("version,status,said", [
+    (None, "ok", "schema version {known}"),
+    (2, "ok", "schema version 2 (gantry run migrates it to {known})"),
+    (99, "FAIL", "schema version 99 is newer than this gantry understands ({known})"),
+])
+def test_an_existing_database_is_read_not_written(
+    tmp_path: Path, version: int | None, status: str, said: str
+) -> None:
+    from gantry import db
+
+    data = tmp_path / "data"
+    data.mkdir()
+    conn = db.connect(data / "gantry.db")
+    if version is not None:
+        conn.execute(f"PRAGMA user_version = {version}")
+    conn.close()
+    before = _tree(data)
+    with FakeOpenAI(api_key=KEY) as model:
+        result = _check(_env(tmp_path, model.base_url))
+    line = _line(result.stdout, "database")
+    assert line.startswith(status) and said.format(known=db.schema_version()) in line, line
+    assert _tree(data) == before  # no -wal, no -shm, no migration
+    assert result.returncode == (status == "FAIL")
 
 
 def test_mcp_servers_are_started_listed_and_stopped(tmp_path: Path) -> None:

@@ -42,6 +42,24 @@ def test_no_row(tmp_path: Path) -> None:
     assert not ok and "no heartbeat row" in line
 
 
+def test_a_database_nothing_ever_ran_on_says_so(tmp_path: Path) -> None:
+    """Not "has not finished booting" when no process has the database open."""
+    path = _fresh_db(tmp_path, age=None)
+    ok, line = heartbeat.check(path)
+    assert not ok and "gantry run has never run with" in line and "booting" not in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gantry.db"]  # and creates nothing
+
+
+def test_no_row_while_a_run_has_the_database_open_is_booting(tmp_path: Path) -> None:
+    path = _fresh_db(tmp_path, age=None)
+    booting = db.connect(path)  # `run` between its migration and its first heartbeat
+    try:
+        ok, line = heartbeat.check(path)
+    finally:
+        booting.close()
+    assert not ok and "has not finished booting" in line
+
+
 def test_stale(tmp_path: Path) -> None:
     ok, line = heartbeat.check(_fresh_db(tmp_path, age=300))
     assert not ok and "stale by 240 s" in line
