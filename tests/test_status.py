@@ -195,6 +195,24 @@ def test_status_imports_are_lean(tmp_path: Path) -> None:
     assert "PROXYENV False" in r.stdout
 
 
+def test_status_env_file_is_read_leanly(tmp_path: Path) -> None:
+    """`status --env-file` reads DATA_DIR from the file as `run` does, importing nothing heavy."""
+    _fresh_db(tmp_path)
+    env_file = tmp_path / "gantry.env"
+    env_file.write_text(f"# from gantry init\nexport DATA_DIR='{tmp_path}'\nLLM_MODEL=m\n")
+    r = _imported(["status", "--env-file", str(env_file)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("healthy:") and "HEAVY []" in r.stdout and "DB False" in r.stdout
+
+
+def test_status_with_a_bad_env_file_says_which_line(tmp_path: Path) -> None:
+    env_file = tmp_path / "gantry.env"
+    env_file.write_text("DATA_DIR=/x\nnot a line\n")
+    r = _imported(["status", "--env-file", str(env_file)])
+    assert r.returncode == 1 and f"{env_file}:2: expected KEY=VALUE" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
 def test_version_imports_are_lean() -> None:
     r = _imported(["version", "--json"])
     assert r.returncode == 0, r.stderr

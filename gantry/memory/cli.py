@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
+
+from gantry.envfile import add_option as env_file_option
 
 COMMANDS = ("mcp-memory", "memory")
 
 
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name, "").strip() or default
+def _env(environ: Mapping[str, str], name: str, default: str) -> str:
+    return environ.get(name, "").strip() or default
 
 
 def add_parsers(sub: Any) -> None:
@@ -61,6 +64,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def _dirs(p: Any, persona: bool = False) -> None:
+    env_file_option(p)
     p.add_argument("--data-dir", default=None, metavar="DIR",
                    help="override DATA_DIR (default: $DATA_DIR or /data)")
     if persona:
@@ -69,18 +73,23 @@ def _dirs(p: Any, persona: bool = False) -> None:
 
 
 def main(args: Any) -> int:
-    data_dir = args.data_dir or _env("DATA_DIR", "/data")
+    from gantry.cli import environ
+
+    env = environ(args, args.command)
+    if env is None:
+        return 1
+    data_dir = args.data_dir or _env(env, "DATA_DIR", "/data")
     if args.command == "mcp-memory":
         from gantry import log as logsetup
         from gantry.memory.serve import main as serve
 
-        logsetup.setup(_env("LOG_LEVEL", "info").lower(), [])
-        persona_dir = args.persona_dir or _env("PERSONA_DIR", "/persona")
+        logsetup.setup(_env(env, "LOG_LEVEL", "info").lower(), [])
+        persona_dir = args.persona_dir or _env(env, "PERSONA_DIR", "/persona")
         return serve(data_dir, persona_dir, did=args.did, max_records=args.max_records)
-    return _memory(args, data_dir)
+    return _memory(args, data_dir, env)
 
 
-def _memory(args: Any, data_dir: str) -> int:
+def _memory(args: Any, data_dir: str, env: Mapping[str, str]) -> int:
     from gantry import db
     from gantry.memory.store import MemoryStore, render_hits
 
@@ -116,7 +125,7 @@ def _memory(args: Any, data_dir: str) -> int:
         elif cmd == "flagged":
             return _flagged(store, args.resolve)
         elif cmd == "export":
-            return _export(store, args)
+            return _export(store, args, env)
         else:
             return _import(store, args)
     finally:
@@ -148,12 +157,12 @@ def _flagged(store: Any, resolve: int | None) -> int:
     return 0
 
 
-def _export(store: Any, args: Any) -> int:
+def _export(store: Any, args: Any, env: Mapping[str, str]) -> int:
     from gantry.memory.atproto import export
     from gantry.persona import PersonaError, load
 
     try:
-        core = load(args.persona_dir or _env("PERSONA_DIR", "/persona")).text
+        core = load(args.persona_dir or _env(env, "PERSONA_DIR", "/persona")).text
     except PersonaError as exc:
         print(f"gantry memory: {exc}", file=sys.stderr)
         return 1
