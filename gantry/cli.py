@@ -136,12 +136,18 @@ def _parser() -> argparse.ArgumentParser:
         "init",
         help="write sample persona files, mcp.toml and an env file (never overwrites)",
         description="Write a starting point: PERSONA.md, USER.md, TOOLS.md, a commented "
-        "mcp.toml and an env file listing every variable. Existing files are kept.",
+        "mcp.toml and an env file listing every variable, with PERSONA_DIR and MCP_MANIFEST "
+        "set to the absolute paths written. Existing files are kept.",
     )
     init.add_argument("--persona-dir", metavar="DIR",
-                      help="where the persona files go (default: $PERSONA_DIR or /persona)")
+                      help="where the persona files go (default: $PERSONA_DIR; /persona "
+                      "only with --default-paths)")
     init.add_argument("--manifest", metavar="PATH",
-                      help="the MCP manifest (default: $MCP_MANIFEST or /etc/gantry/mcp.toml)")
+                      help="the MCP manifest (default: $MCP_MANIFEST; /etc/gantry/mcp.toml "
+                      "only with --default-paths)")
+    init.add_argument("--default-paths", action="store_true",
+                      help="allow writing to /persona and /etc/gantry/mcp.toml when neither an "
+                      "option nor the environment names another path")
     init.add_argument("--env-file", metavar="PATH", default=".env",
                       help="the env file to write (default: ./.env)")
     chk = sub.add_parser(
@@ -189,12 +195,19 @@ def _cron(args: Any) -> int:
 
 
 def _init(args: Any) -> int:
+    """Refuse to write the built-in default paths (/persona, /etc/gantry) unless asked to."""
     from gantry.scaffold import main as init_main
 
-    persona = args.persona_dir or os.environ.get("PERSONA_DIR", "").strip() or "/persona"
-    manifest = (args.manifest or os.environ.get("MCP_MANIFEST", "").strip()
-                or "/etc/gantry/mcp.toml")
-    return init_main(persona, manifest, args.env_file)
+    persona = args.persona_dir or os.environ.get("PERSONA_DIR", "").strip()
+    manifest = args.manifest or os.environ.get("MCP_MANIFEST", "").strip()
+    defaulted = [what for what, chosen in (("/persona/*.md", persona),
+                                           ("/etc/gantry/mcp.toml", manifest)) if not chosen]
+    if defaulted and not args.default_paths:
+        print(f"gantry init: would write {' and '.join(defaulted)} (the default paths, where "
+              "a container mounts them); pass --persona-dir DIR and --manifest PATH (e.g. "
+              "./persona ./mcp.toml), or --default-paths to write there", file=sys.stderr)
+        return EXIT_USAGE
+    return init_main(persona or "/persona", manifest or "/etc/gantry/mcp.toml", args.env_file)
 
 
 def _status(args: Any) -> int:

@@ -343,3 +343,26 @@ def test_odd_model_replies_are_a_fail_line_not_unreachable(tmp_path: Path, body:
     assert line.startswith("FAIL") and "answered, but not with a chat completion" in line
     assert "cannot reach" not in result.stdout and "report this as a bug" not in result.stdout
     assert "OpenAI-compatible root" in result.stdout
+
+
+def test_check_env_file_after_init_reads_what_init_wrote(tmp_path: Path) -> None:
+    """The issue's first hour: `init --persona-dir ./persona --manifest ./mcp.toml`, then
+    `check --env-file .env` (from elsewhere) must not say /persona is missing."""
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {"PATH": os.environ["PATH"]}
+    init = subprocess.run([sys.executable, "-m", "gantry", "init", "--persona-dir", "./persona",
+                           "--manifest", "./mcp.toml"], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert init.returncode == 0, init.stderr
+    with FakeOpenAI(api_key=KEY) as model:
+        with (work / ".env").open("a") as fh:
+            fh.write(f"LLM_BASE_URL={model.base_url}\nLLM_API_KEY={KEY}\nLLM_MODEL=fake-model\n"
+                     f"CHANNEL=stdio\nDATA_DIR={tmp_path / 'data'}\n")
+        result = _run([sys.executable, "-m", "gantry", "check", "--env-file",
+                       str(work / ".env")], env)
+    assert result.returncode == 0, result.stdout
+    persona = _line(result.stdout, "persona")
+    assert persona.startswith("ok") and f"from {work / 'persona'}" in persona
+    assert f"no MCP servers ({work / 'mcp.toml'})" in _line(result.stdout, "mcp manifest")
+    assert _line(result.stdout, "env file").startswith("ok")  # 0600 from init
