@@ -156,7 +156,7 @@ async def test_group_status_shows_no_memory_counts_and_the_group_tools(
 ) -> None:
     """The row counts are the owner's private data: a group's /status says memory is not
     used there, and counts the tools a group turn is offered (no memory_*)."""
-    agent, parts, registry = await setup()
+    agent, parts, _registry = await setup()
     await parts.memory.store("person", "mom", "prefers calls over texts")
     private = await agent(msg("/status"))
     assert "memory (builtin): 0 fact, 0 preference, 1 person" in private
