@@ -150,7 +150,9 @@ class Agent:
     memory_block: MemoryBlock = _no_memory
     tool_status: Callable[[], list[str]] | None = None  # one line per MCP server for /status
     router: Any = None  # gantry.mcp.routing.Router when MCP servers are configured
-    status_lines: list[Callable[[str], str]] = field(default_factory=list)  # cron, memory
+    status_lines: list[Callable[[str], str]] = field(default_factory=list)  # cron
+    # memory: the owner's private data, left out of a group chat's /status
+    private_status_lines: list[Callable[[str], str]] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     # session → (lock, turns holding or waiting for it); dropped at zero, so it stays small
     _locks: dict[str, tuple[anyio.Lock, int]] = field(default_factory=dict)
@@ -195,7 +197,7 @@ class Agent:
                 log.info("session reset", extra={"session": msg.session_id})
                 return "Started a new conversation. (Long-term memory is unchanged.)"
             if command == "/status":
-                return self.status(msg.session_id)
+                return self.status(msg.session_id, shared=msg.group)
             if command in ("/help", "/start"):
                 return HELP
             if not msg.scheduled and (unknown := unknown_command(msg.text)) is not None:
@@ -225,7 +227,9 @@ class Agent:
             self._idle = anyio.Event()
             await self._idle.wait()
 
-    def status(self, session_id: str) -> str:
+    def status(self, session_id: str, *, shared: bool = False) -> str:
+        """The /status text; `shared` (a group chat, read by others) shows the tools a group
+        turn is offered and says memory is not used instead of counting the owner's rows."""
         n, chars = self.sessions.stats(session_id)
         up = int(time.monotonic() - self.started)
         summary = "yes" if self.sessions.summary(session_id) else "no"
@@ -234,16 +238,19 @@ class Agent:
             f"model: {self.model.model}",
             f"history: {n} messages, ~{est_tokens(chars)} tokens (est.)",
             f"summary: {summary}",
-            offered(self.tools, self.router, session_id).summary(),
+            offered(self.tools, self.router, session_id, shared=shared).summary(),
         ]
         lines += [f"mcp {line}" for line in (self.tool_status() if self.tool_status else [])]
         if self.router is not None:
             lines.append(self.router.status())
-        for line in self.status_lines:
+        private = self.private_status_lines
+        for line in self.status_lines if shared else [*self.status_lines, *private]:
             try:
                 lines.append(line(session_id))
             except Exception:
                 log.exception("a /status line failed")
+        if shared and private:
+            lines.append("memory: not used in group chats")
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ the turn

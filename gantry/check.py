@@ -1,8 +1,9 @@
 """`gantry check`: every validation `run` does, then real probes, one line per check.
 
 Distroless has no shell to poke around with, so this is how an operator asks "is it wired
-right?". It never sends a Telegram message, never writes a memory, and never prints a secret
-(every line passes through the same redactor as the logs).
+right?". It never sends a Telegram message, never creates or writes a file (not even the
+database: it checks that `run` could), and never prints a secret (every line passes through
+the same redactor as the logs).
 """
 
 from __future__ import annotations
@@ -84,21 +85,17 @@ def check_persona(cfg: Config) -> Result:
 
 
 def check_database(cfg: Config) -> Result:
+    """Whether `run` can open and migrate the database; creates and writes nothing."""
     from gantry import db
 
     started = time.monotonic()
     try:
-        db.ensure_data_dir(cfg.data_dir)
-        conn = db.connect(cfg.db_path)
+        detail = db.inspect(cfg.data_dir, cfg.db_path)
     except db.DatabaseError as exc:
-        return _fail("database", str(exc), "DATA_DIR must be a writable directory owned by the "
-                     "user gantry runs as")
-    try:
-        version = int(conn.execute("PRAGMA user_version").fetchone()[0])  # type: ignore[index]
-    finally:
-        conn.close()
-    return _ok("database", f"{cfg.db_path} writable, schema version {version}",
-               _elapsed(started))
+        hint = ("run that newer gantry, or restore a backup" if "newer" in str(exc) else
+                "DATA_DIR must be a writable directory owned by the user gantry runs as")
+        return _fail("database", str(exc), hint)
+    return _ok("database", detail, _elapsed(started))
 
 
 def check_extraction() -> Result:
@@ -160,6 +157,10 @@ def _model_failure(cfg: Config, exc: Any, ms: float) -> Result:
     if status is None and "CERTIFICATE_VERIFY_FAILED" in text:
         return _fail("model", "TLS: the endpoint's certificate is not trusted",
                      "trust its CA via SSL_CERT_FILE (see the tls line)", ms)
+    if status is None and not exc.hint:  # the provider's mark of a transport failure is a hint
+        return _fail("model", f"LLM_BASE_URL answered, but not with a chat completion: "
+                     f"{exc.message}", "LLM_BASE_URL must be the OpenAI-compatible root "
+                     "(e.g. .../v1) of a server that speaks /chat/completions", ms)
     if status is None:
         from gantry.tls import handshake_hint
 
@@ -189,36 +190,78 @@ async def check_telegram(cfg: Config, context: Any) -> list[Result]:
             return [*out, _fail("telegram", f"cannot reach {cfg.telegram_api_url}: "
                                 f"{type(exc).__name__}: {exc}", hint, _elapsed(started))]
         ms = _elapsed(started)
-        body = _json(me)
         if me.status_code in (401, 404):
             return [*out, _fail("telegram", f"Telegram rejected the bot token (HTTP "
                                 f"{me.status_code})", "check TELEGRAM_BOT_TOKEN from "
                                 "@BotFather", ms)]
-        if me.status_code != 200 or not body.get("ok"):
-            return [*out, _fail("telegram", f"getMe answered HTTP {me.status_code}: "
-                                f"{str(body.get('description', ''))[:200]}",
-                                "try again later; check TELEGRAM_API_URL", ms)]
-        username = body.get("result", {}).get("username", "?")
-        out.append(_ok("telegram", f"bot @{username}", ms))
+        user, problem, hint = bot_api_result(me, "getMe", "a User object", "username")
+        if problem:
+            return [*out, _fail("telegram", problem, hint, ms)]
+        out.append(_ok("telegram", f"bot @{user['username']}", ms))
         try:
-            hook = _json(await client.get(f"{base}/getWebhookInfo"))
-        except httpx.HTTPError:
-            return out
-        url = str(hook.get("result", {}).get("url") or "")
-        if url:
-            host = httpx.URL(url).host
-            out.append(Result("telegram webhook", "warn", f"a webhook is set (to {host})",
-                              "gantry run deletes it at start and long-polls; another service "
-                              "that sets it again will fight gantry"))
+            hook_response = await client.get(f"{base}/getWebhookInfo")
+        except httpx.HTTPError as exc:
+            return [*out, _fail("telegram webhook", f"getWebhookInfo failed: "
+                                f"{type(exc).__name__}: {exc}", "check TELEGRAM_API_URL")]
+        hook, problem, hint = bot_api_result(hook_response, "getWebhookInfo",
+                                             "a WebhookInfo object", "url")
+        if problem:
+            return [*out, _fail("telegram webhook", problem, hint)]
+        if hook["url"]:
+            out.append(Result("telegram webhook", "warn", f"a webhook is set (to "
+                              f"{_host(hook['url'])})", "gantry run deletes it at start and "
+                              "long-polls; another service that sets it again will fight gantry"))
     return out
 
 
-def _json(response: Any) -> dict[str, Any]:
+def bot_api_result(response: Any, method: str, expected: str, key: str
+                   ) -> tuple[dict[str, Any], str, str]:
+    """(result, "", "") when `response` is a Bot API success whose result is an object with
+    a string `key`; else ({}, a line naming `method` and what came back, a hint).
+
+    A self-hosted or proxy Bot API can answer anything: each shape gets its own line.
+    """
+    not_bot_api = ("TELEGRAM_API_URL must be a Bot API server (api.telegram.org or "
+                   "telegram-bot-api): gantry run needs these answers")
+    status = response.status_code
     try:
-        data = response.json()
+        body = response.json()
     except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
+        return {}, (f"{method} answered HTTP {status} with a body that is not JSON: "
+                    f"{_clip(response.text) or '(empty)'}"), not_bot_api
+    if not isinstance(body, dict) or not isinstance(body.get("ok"), bool):
+        return {}, f"{method} answered HTTP {status} with {_shown(body)}, not a Bot API reply", \
+            not_bot_api
+    if not body["ok"] or status != 200:
+        said = body.get("description")
+        return {}, (f"{method} answered HTTP {status}: "
+                    f"{_clip(said) if isinstance(said, str) else _shown(body)}"), \
+            "try again later; check TELEGRAM_API_URL"
+    result = body.get("result")
+    if not isinstance(result, dict) or not isinstance(result.get(key), str):
+        shown = "no result" if "result" not in body else _shown(result)
+        return {}, f"{method} answered HTTP {status} with {shown}, not {expected}", not_bot_api
+    return result, "", ""
+
+
+def _host(url: str) -> str:
+    import httpx
+
+    try:
+        return httpx.URL(url).host or _shown(url)
+    except httpx.InvalidURL:
+        return _shown(url)
+
+
+def _shown(value: Any) -> str:
+    """A decoded JSON value fit for one report line, as JSON (so `true` and `"x"` differ)."""
+    return _clip(json.dumps(value, ensure_ascii=False))
+
+
+def _clip(text: str) -> str:
+    """One line of at most 120 characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= 120 else text[:119] + "…"
 
 
 async def check_mcp(cfg: Config, environ: Mapping[str, str]) -> list[Result]:

@@ -13,6 +13,7 @@ import sys
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs a healthcheck ~10 ms
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Mapping
     from typing import Any
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -20,7 +21,7 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 # Options of the commands that must start fast, with their value type (None = a flag). Kept in
 # step with _parser() by tests/test_cli.py, which checks both parse every argv alike.
 LEAN_OPTIONS: dict[str, dict[str, type | None]] = {
-    "status": {"--max-age": float, "--data-dir": str},
+    "status": {"--max-age": float, "--data-dir": str, "--env-file": str},
     "version": {"--json": None, "--import-times": str},
 }
 
@@ -76,6 +77,8 @@ class _Args:
 def _parser() -> argparse.ArgumentParser:
     import argparse
 
+    from gantry.envfile import add_option as env_file
+
     p = argparse.ArgumentParser(
         prog="gantry",
         description="One persona, one model, MCP tools, one SQLite file.",
@@ -85,11 +88,7 @@ def _parser() -> argparse.ArgumentParser:
         dest="command",
         metavar="{run,status,version,init,check,tools,cron,memory,mcp-memory}")
     run = sub.add_parser("run", help="run the agent daemon (the default command)")
-    run.add_argument(
-        "--env-file",
-        metavar="PATH",
-        help="read KEY=VALUE lines from PATH; variables already in the environment win",
-    )
+    env_file(run)
     st = sub.add_parser(
         "status",
         help="healthcheck: exit 0 if the daemon's heartbeat is fresh",
@@ -100,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="maximum heartbeat age in seconds (default 60)")
     st.add_argument("--data-dir", default=None, metavar="DIR",
                     help="override DATA_DIR (default: $DATA_DIR or /data)")
+    env_file(st, "read DATA_DIR from PATH's KEY=VALUE lines (the environment wins)")
     tools = sub.add_parser("tools", help="the tools the model is offered: list them, or rank the "
                            "MCP catalog for a query")
     tools_sub = tools.add_subparsers(dest="action", metavar="{list,search}", required=True)
@@ -116,8 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     ts.add_argument("--queries", metavar="FILE",
                     help="one query per line: print one JSON array of ranked names per line")
     for p_ in (tl, ts):
-        p_.add_argument("--env-file", metavar="PATH",
-                        help="read KEY=VALUE lines from PATH (MCP_MANIFEST, ${VAR} values)")
+        env_file(p_)
     ver = sub.add_parser("version", help="print build information")
     ver.add_argument("--json", action="store_true", help="print the same as one JSON object")
     ver.add_argument(
@@ -132,26 +131,33 @@ def _parser() -> argparse.ArgumentParser:
     cl.add_argument("--data-dir", default=None, metavar="DIR",
                     help="override DATA_DIR (default: $DATA_DIR or /data)")
     cl.add_argument("--all", action="store_true", help="include cancelled and finished jobs")
+    env_file(cl)
     init = sub.add_parser(
         "init",
         help="write sample persona files, mcp.toml and an env file (never overwrites)",
         description="Write a starting point: PERSONA.md, USER.md, TOOLS.md, a commented "
-        "mcp.toml and an env file listing every variable. Existing files are kept.",
+        "mcp.toml and an env file listing every variable, with PERSONA_DIR and MCP_MANIFEST "
+        "set to the absolute paths written. Existing files are kept.",
     )
     init.add_argument("--persona-dir", metavar="DIR",
-                      help="where the persona files go (default: $PERSONA_DIR or /persona)")
+                      help="where the persona files go (default: $PERSONA_DIR; /persona "
+                      "only with --default-paths)")
     init.add_argument("--manifest", metavar="PATH",
-                      help="the MCP manifest (default: $MCP_MANIFEST or /etc/gantry/mcp.toml)")
+                      help="the MCP manifest (default: $MCP_MANIFEST; /etc/gantry/mcp.toml "
+                      "only with --default-paths)")
+    init.add_argument("--default-paths", action="store_true",
+                      help="allow writing to /persona and /etc/gantry/mcp.toml when neither an "
+                      "option nor the environment names another path")
     init.add_argument("--env-file", metavar="PATH", default=".env",
                       help="the env file to write (default: ./.env)")
     chk = sub.add_parser(
         "check",
         help="validate the configuration and probe the model, Telegram and MCP servers",
         description="Run every validation `gantry run` does, then probe for real, one line "
-        "per check. Exit 0 only if every check passes. Sends no message, writes no memory.",
+        "per check. Exit 0 only if every check passes. Sends no message and creates or "
+        "writes no file (DATA_DIR and the database are only checked, read-only).",
     )
-    chk.add_argument("--env-file", metavar="PATH",
-                     help="read KEY=VALUE lines from PATH; variables already set win")
+    env_file(chk)
     chk.add_argument("--json", action="store_true", help="print one JSON object instead")
     from gantry.memory.cli import add_parsers as memory_parsers
 
@@ -159,33 +165,62 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def environ(args: Any, command: str) -> Mapping[str, str] | None:
+    """The environment a command reads, over its `--env-file`; None (reported) if unreadable."""
+    if not getattr(args, "env_file", None):
+        return os.environ
+    from gantry.envfile import EnvFileError, merged
+
+    try:
+        return merged(args.env_file)
+    except EnvFileError as exc:
+        print(f"gantry {command}: {exc}", file=sys.stderr)
+        return None
+
+
+def data_dir(args: Any, env: Mapping[str, str]) -> str:
+    """--data-dir, else DATA_DIR, else the default."""
+    return args.data_dir or env.get("DATA_DIR", "").strip() or "/data"
+
+
 def _cron(args: Any) -> int:
     from gantry.cron.report import list_jobs
 
-    data_dir = args.data_dir or os.environ.get("DATA_DIR", "").strip() or "/data"
-    ok, text = list_jobs(os.path.join(data_dir, "gantry.db"), args.all)
+    env = environ(args, "cron")
+    if env is None:
+        return EXIT_FAIL
+    ok, text = list_jobs(os.path.join(data_dir(args, env), "gantry.db"), args.all)
     print(text, file=sys.stdout if ok else sys.stderr)
     return EXIT_OK if ok else EXIT_FAIL
 
 
 def _init(args: Any) -> int:
+    """Refuse to write the built-in default paths (/persona, /etc/gantry) unless asked to."""
     from gantry.scaffold import main as init_main
 
-    persona = args.persona_dir or os.environ.get("PERSONA_DIR", "").strip() or "/persona"
-    manifest = (args.manifest or os.environ.get("MCP_MANIFEST", "").strip()
-                or "/etc/gantry/mcp.toml")
-    return init_main(persona, manifest, args.env_file)
+    persona = args.persona_dir or os.environ.get("PERSONA_DIR", "").strip()
+    manifest = args.manifest or os.environ.get("MCP_MANIFEST", "").strip()
+    defaulted = [what for what, chosen in (("/persona/*.md", persona),
+                                           ("/etc/gantry/mcp.toml", manifest)) if not chosen]
+    if defaulted and not args.default_paths:
+        print(f"gantry init: would write {' and '.join(defaulted)} (the default paths, where "
+              "a container mounts them); pass --persona-dir DIR and --manifest PATH (e.g. "
+              "./persona ./mcp.toml), or --default-paths to write there", file=sys.stderr)
+        return EXIT_USAGE
+    return init_main(persona or "/persona", manifest or "/etc/gantry/mcp.toml", args.env_file)
 
 
 def _status(args: Any) -> int:
     from gantry.heartbeat import DEFAULT_MAX_AGE, check
 
-    data_dir = args.data_dir or os.environ.get("DATA_DIR", "").strip() or "/data"
+    env = environ(args, "status")
+    if env is None:
+        return EXIT_FAIL
     max_age = DEFAULT_MAX_AGE if args.max_age is None else args.max_age
     if max_age <= 0:
         print("gantry status: --max-age must be positive", file=sys.stderr)
         return EXIT_USAGE
-    ok, line = check(os.path.join(data_dir, "gantry.db"), max_age)
+    ok, line = check(os.path.join(data_dir(args, env), "gantry.db"), max_age)
     print(line)
     return EXIT_OK if ok else EXIT_FAIL
 

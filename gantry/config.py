@@ -285,35 +285,13 @@ def _reported(problems: list[str]) -> set[str]:
 
 
 def read_env_file(path: str | os.PathLike[str]) -> dict[str, str]:
-    """Parse a dotenv-style file (KEY=VALUE, `#` comments, optional quotes, `export `).
+    """Parse a dotenv-style file (gantry.envfile); ConfigError names the file and line."""
+    from gantry import envfile
 
-    Raises ConfigError naming the file and line on malformed input.
-    """
-    p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([f"--env-file {str(p)!r} cannot be read: {exc}"]) from None
-    out: dict[str, str] = {}
-    problems: list[str] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        s = line.strip()
-        if not s or s.startswith("#"):
-            continue
-        if s.startswith("export "):
-            s = s[7:].lstrip()
-        key, sep, value = s.partition("=")
-        key = key.strip()
-        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            problems.append(f"{p}:{lineno}: expected KEY=VALUE")
-            continue
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        out[key] = value
-    if problems:
-        raise ConfigError(problems)
-    return out
+        return envfile.read(path)
+    except envfile.EnvFileError as exc:
+        raise ConfigError(exc.problems) from None
 
 
 def merged_environ(env_file: str | None) -> dict[str, str]:

@@ -52,6 +52,59 @@ def ensure_data_dir(data_dir: str | os.PathLike[str]) -> Path:
     return d
 
 
+def check_data_dir(data_dir: str | os.PathLike[str]) -> str:
+    """What `ensure_data_dir` will find, without creating anything: a line, or DatabaseError.
+
+    A missing DATA_DIR is fine when its nearest existing parent lets this user create it.
+    """
+    d = Path(data_dir)
+    if d.exists():
+        if not d.is_dir():
+            raise DatabaseError(f"DATA_DIR {str(d)!r} is not a directory")
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise DatabaseError(
+                f"DATA_DIR {str(d)!r} is not writable by uid {os.getuid()}; "
+                "mount it read-write and chown it to the user gantry runs as"
+            )
+        return f"{d} writable"
+    parent = next(p for p in d.absolute().parents if p.exists())
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise DatabaseError(
+            f"DATA_DIR {str(d)!r} does not exist and cannot be created: {str(parent)!r} is "
+            f"not a directory writable by uid {os.getuid()}; create DATA_DIR for that user"
+        )
+    return f"{d} does not exist yet; gantry run creates it (in {parent}, writable)"
+
+
+def inspect(data_dir: str | os.PathLike[str], path: str | os.PathLike[str]) -> str:
+    """`gantry check`'s view of the database: one line, or DatabaseError. Never writes.
+
+    The directory must let `run` create the file and its -wal/-shm; an existing file must
+    be a database this gantry can migrate (its schema version not newer than it knows).
+    """
+    from gantry.readonly import ReadError, query
+
+    where = check_data_dir(data_dir)
+    p = Path(path)
+    if not p.exists():
+        return f"{where}; no database yet (gantry run creates {p})"
+    if not os.access(p, os.R_OK | os.W_OK):
+        raise DatabaseError(f"database {str(p)!r} is not writable by uid {os.getuid()}; "
+                            "chown it to the user gantry runs as")
+    try:
+        version = int(query(p, lambda c: c.execute("PRAGMA user_version").fetchone()[0]))
+    except ReadError as exc:
+        raise DatabaseError(f"cannot open database {str(p)!r}: {exc}") from None
+    known = schema_version()
+    if version > known:
+        raise DatabaseError(
+            f"database schema version {version} is newer than this gantry understands "
+            f"({known}); run a newer gantry or restore a backup of the database"
+        )
+    todo = "" if version == known else f" (gantry run migrates it to {known})"
+    return f"{p} writable, schema version {version}{todo}"
+
+
 def connect(path: str | os.PathLike[str]) -> apsw.Connection:
     """Open (creating 0600 if needed) the read-write database and migrate it."""
     p = Path(path)

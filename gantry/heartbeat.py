@@ -55,6 +55,9 @@ def check(db_path: str | os.PathLike[str], max_age: float = DEFAULT_MAX_AGE) -> 
             return False, f"unhealthy: no heartbeat table in {p} (database not initialised yet)"
         return False, f"unhealthy: cannot read {p}: {exc}"
     if row is None:
+        if not os.path.exists(p + "-wal"):  # a running `run` keeps the -wal file
+            return False, (f"unhealthy: gantry run has never run with {p} (no heartbeat row, "
+                           "and nothing has the database open)")
         return False, "unhealthy: no heartbeat row yet (gantry run has not finished booting)"
     ts, version, pid = row
     age = time.time() - float(ts)

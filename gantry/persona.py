@@ -39,13 +39,18 @@ def order(names: list[str]) -> list[str]:
     return known + rest
 
 
+def md_files(d: Path) -> list[str]:
+    """The persona files' names in `d` (visible *.md files), unordered."""
+    return [p.name for p in d.glob("*.md") if not p.name.startswith(".") and p.is_file()]
+
+
 def load(persona_dir: str | Path, max_chars: int = MAX_TOTAL_CHARS) -> Persona:
     """Read and concatenate the persona; raise PersonaError on non-UTF-8 or unreadable files."""
     d = Path(persona_dir)
     if not d.is_dir():
         log.warning("persona directory missing; running without a persona", extra={"dir": str(d)})
         return Persona("", ())
-    names = [p.name for p in d.glob("*.md") if not p.name.startswith(".") and p.is_file()]
+    names = md_files(d)
     if not names:
         log.warning("persona directory has no *.md files", extra={"dir": str(d)})
         return Persona("", ())

@@ -1,7 +1,7 @@
-"""One read-only query on gantry.db for operator commands (`status`, `cron list`).
+"""One read-only query on gantry.db for operator commands (`status`, `cron list`, `check`).
 
-No migrations, no writes, nothing imported but apsw (on first use): `status` is the container
-healthcheck and must not load gantry.db and its importlib.resources.
+No migrations, no writes, no file created, nothing imported but apsw (on first use): `status`
+is the container healthcheck and must not load gantry.db and its importlib.resources.
 """
 
 from __future__ import annotations
@@ -26,11 +26,20 @@ class ReadError(Exception):
 
 
 def query(db_path: str | os.PathLike[str], read: Callable[[Any], T]) -> T:
-    """`read(conn)` on a read-only connection that is always closed; apsw errors → ReadError."""
+    """`read(conn)` on a read-only connection that is always closed; apsw errors → ReadError.
+
+    SQLite's read-only open of a WAL database creates its -wal and -shm files and leaves them
+    behind. When they are absent no writer has the database open (a writer keeps them), so
+    the file is read as immutable instead: complete as it is, and nothing is created.
+    """
     import apsw
 
+    path = os.fspath(db_path)
+    flags = apsw.SQLITE_OPEN_READONLY
+    if not (os.path.exists(path + "-wal") and os.path.exists(path + "-shm")):
+        path, flags = immutable_uri(path), flags | apsw.SQLITE_OPEN_URI
     try:
-        conn = apsw.Connection(os.fspath(db_path), flags=apsw.SQLITE_OPEN_READONLY)
+        conn = apsw.Connection(path, flags=flags)
         try:
             conn.set_busy_timeout(BUSY_TIMEOUT_MS)
             return read(conn)
@@ -40,3 +49,12 @@ def query(db_path: str | os.PathLike[str], read: Callable[[Any], T]) -> T:
         raise ReadError(str(exc), missing_table="no such table" in str(exc)) from None
     except apsw.Error as exc:
         raise ReadError(str(exc)) from None
+
+
+def immutable_uri(path: str) -> str:
+    """`path` as an SQLite `file:` URI with immutable=1 (the characters URIs reserve escaped)."""
+    path = os.path.abspath(path)
+    path = "/" + path.lstrip("/")  # POSIX keeps a leading "//", which a URI reads as a host
+    for char, code in (("%", "%25"), ("?", "%3f"), ("#", "%23")):
+        path = path.replace(char, code)
+    return f"file:{path}?immutable=1"

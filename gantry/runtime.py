@@ -343,7 +343,7 @@ async def _memory(
         raise BootError(str(exc)) from None
     if parts.memory_block is not None:
         agent.memory_block = parts.memory_block
-    agent.status_lines.extend(parts.status_lines)
+    agent.private_status_lines.extend(parts.status_lines)
     for task in parts.tasks:
         tg.start_soon(task)
 

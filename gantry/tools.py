@@ -52,6 +52,9 @@ class Source:
 
 
 BUILTIN = Source("builtin")
+# The router's own helper (tools_search): sent to the model only when routing, and shown as
+# such, not as one more built-in capability.
+ROUTING = Source("routing")
 
 
 def mcp_source(server: str) -> Source:
@@ -236,8 +239,9 @@ class Offer:
 
     def summary(self) -> str:
         """The line `/status` and `gantry tools list` both print: count, built-ins, cost."""
-        builtin = sum(t.builtin for t in self.tools)
-        line = (f"tools offered: {len(self.tools)} ({builtin} built in), "
+        builtin = sum(t.builtin and t.source != ROUTING for t in self.tools)
+        helpers = "".join(f" + {t.name}" for t in self.tools if t.source == ROUTING)
+        line = (f"tools offered: {len(self.tools)} ({builtin} built in{helpers}), "
                 f"~{self.schema_tokens} schema tokens per request (est.)")
         if self.routed:
             line += (f"; routed: each message also gets the best of {self.catalog} MCP "

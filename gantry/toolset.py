@@ -99,6 +99,15 @@ def _line(tool: Any, width: int, mark: str) -> str:
         tool.description)
 
 
+def _mark(tool: Any) -> str:
+    """Where a tool comes from: built in, `routing` (tools_search), or its MCP server."""
+    from gantry.tools import ROUTING
+
+    if tool.source == ROUTING:
+        return ROUTING.name
+    return "built in" if tool.builtin else tool.source.name
+
+
 def main(env_file: str | None) -> int:
     from gantry import config
     from gantry import log as logsetup
@@ -119,7 +128,7 @@ def main(env_file: str | None) -> int:
     tools = [*listing.offer.tools, *listing.catalog]
     width = max((len(t.name) for t in tools), default=0)
     for tool in listing.offer.tools:
-        print(_line(tool, width, "built in" if tool.builtin else tool.source.name))
+        print(_line(tool, width, _mark(tool)))
     for tool in listing.catalog:
         print(_line(tool, width, f"{tool.source.name}, routed"))
     for name in listing.task_only:

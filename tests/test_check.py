@@ -160,23 +160,86 @@ def test_telegram_probe_ignores_proxy_variables(tmp_path: Path) -> None:
     assert _line(result.stdout, "telegram").startswith("ok")
 
 
-def test_read_only_data_dir(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    data.mkdir()
-    cmd = [sys.executable, "-m", "gantry", "check"]
+def _unwritable(directory: Path, cmd: list[str]) -> list[str]:
+    """`cmd` run where `directory` cannot be written, by this uid or by root."""
     if os.getuid() == 0:  # root writes through mode bits: use a read-only mount instead
         if shutil.which("unshare") is None:
             pytest.skip("root without unshare(1)")
-        mount = f"mount -t tmpfs -o ro tmpfs {shlex.quote(str(data))}"
-        cmd = ["unshare", "-m", "sh", "-c", f"{mount} && exec {shlex.join(cmd)}"]
-    else:
-        data.chmod(0o555)
+        mount = f"mount -t tmpfs -o ro tmpfs {shlex.quote(str(directory))}"
+        return ["unshare", "-m", "sh", "-c", f"{mount} && exec {shlex.join(cmd)}"]
+    directory.chmod(0o555)
+    return cmd
+
+
+def test_read_only_data_dir(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    cmd = _unwritable(data, [sys.executable, "-m", "gantry", "check"])
     with FakeOpenAI(api_key=KEY) as model:
         result = _run(cmd, _env(tmp_path, model.base_url))
     assert result.returncode == 1
     line = _line(result.stdout, "database")
     assert line.startswith("FAIL") and "not writable" in line
     assert _line(result.stdout, "model").startswith("ok")  # the other checks still ran
+
+
+def test_missing_data_dir_in_an_unwritable_parent_fails(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    cmd = _unwritable(locked, [sys.executable, "-m", "gantry", "check"])
+    with FakeOpenAI(api_key=KEY) as model:
+        result = _run(cmd, _env(tmp_path, model.base_url, DATA_DIR=str(locked / "data")))
+    assert result.returncode == 1
+    line = _line(result.stdout, "database")
+    assert line.startswith("FAIL") and "does not exist and cannot be created" in line
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*"))}
+
+
+def test_check_creates_no_data_dir_and_status_then_says_no_database(tmp_path: Path) -> None:
+    """`check` writes nothing; it used to create DATA_DIR/gantry.db, which status misread."""
+    with FakeOpenAI(api_key=KEY) as model:
+        env = _env(tmp_path, model.base_url)
+        before = _tree(tmp_path)
+        result = _check(env)
+    assert result.returncode == 0, result.stdout
+    line = _line(result.stdout, "database")
+    assert line.startswith("ok") and "does not exist yet; gantry run creates it" in line
+    assert _tree(tmp_path) == before and not (tmp_path / "data").exists()
+    status = _run([sys.executable, "-m", "gantry", "status"], env)
+    assert status.returncode == 1 and "no database at" in status.stdout
+    for cmd in (["cron", "list"], ["memory", "list"]):
+        listed = _run([sys.executable, "-m", "gantry", *cmd], env)
+        assert listed.returncode == 1 and "no database at" in listed.stdout + listed.stderr
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("version,status,said", [
+    (None, "ok", "schema version {known}"),
+    (2, "ok", "schema version 2 (gantry run migrates it to {known})"),
+    (99, "FAIL", "schema version 99 is newer than this gantry understands ({known})"),
+])
+def test_an_existing_database_is_read_not_written(
+    tmp_path: Path, version: int | None, status: str, said: str
+) -> None:
+    from gantry import db
+
+    data = tmp_path / "data"
+    data.mkdir()
+    conn = db.connect(data / "gantry.db")
+    if version is not None:
+        conn.execute(f"PRAGMA user_version = {version}")
+    conn.close()
+    before = _tree(data)
+    with FakeOpenAI(api_key=KEY) as model:
+        result = _check(_env(tmp_path, model.base_url))
+    line = _line(result.stdout, "database")
+    assert line.startswith(status) and said.format(known=db.schema_version()) in line, line
+    assert _tree(data) == before  # no -wal, no -shm, no migration
+    assert result.returncode == (status == "FAIL")
 
 
 def test_mcp_servers_are_started_listed_and_stopped(tmp_path: Path) -> None:
@@ -222,3 +285,84 @@ def test_env_file_readable_by_others_is_a_warning(tmp_path: Path) -> None:
     assert group.startswith("warn") and "readable by group (mode 0640)" in group
     assert owner.startswith("ok") and "(mode 0600)" in owner
     assert "chmod" not in out[0o600]
+
+
+ODD_BOT_API = [
+    ("true", "with true, not a Bot API reply"),
+    ("[]", "with [], not a Bot API reply"),
+    ('"x"', 'with "x", not a Bot API reply'),
+    ('{"ok": true}', "with no result, not"),
+    ('{"ok": true, "result": true}', "with true, not"),
+    ('{"ok": true, "result": []}', "with [], not"),
+    ("<html>proxy says hi</html>", "a body that is not JSON: <html>proxy says hi</html>"),
+    ("", "a body that is not JSON: (empty)"),
+]
+
+
+@pytest.mark.parametrize("body,said", ODD_BOT_API, ids=[b or "empty" for b, _ in ODD_BOT_API])
+@pytest.mark.parametrize("method", ["getMe", "getWebhookInfo"])
+def test_odd_bot_api_answers_are_a_fail_line_naming_the_probe(
+    tmp_path: Path, method: str, body: str, said: str
+) -> None:
+    """A self-hosted or proxy Bot API may answer anything: a FAIL line, never an internal error."""
+    with FakeOpenAI(api_key=KEY) as model, FakeTelegram(token=TOKEN) as tg:
+        tg.fail(method, "raw", status=200, description=body)
+        result = _check(_telegram_env(tmp_path, model.base_url, tg))
+    assert result.returncode == 1, result.stdout
+    name = "telegram" if method == "getMe" else "telegram webhook"
+    line = _line(result.stdout, name)
+    assert line.startswith("FAIL") and f"{method} answered HTTP 200 " in line and said in line
+    assert "report this as a bug" not in result.stdout and "Error:" not in result.stdout
+    assert "TELEGRAM_API_URL must be a Bot API server" in result.stdout
+    assert _line(result.stdout, "model").startswith("ok")  # the other probes still ran
+
+
+def test_bot_api_error_reply_names_the_method_and_description(tmp_path: Path) -> None:
+    with FakeOpenAI(api_key=KEY) as model, FakeTelegram(token=TOKEN) as tg:
+        tg.fail("getWebhookInfo", "server_error", description="Internal Server Error: busy")
+        result = _check(_telegram_env(tmp_path, model.base_url, tg))
+    assert result.returncode == 1
+    line = _line(result.stdout, "telegram webhook")
+    assert line.startswith("FAIL") and "getWebhookInfo answered HTTP 500: Internal" in line
+    assert "try again later" in result.stdout
+
+
+ODD_MODEL = [b"true", b"[]", b'"x"', b"{}", b'{"choices": []}', b"not json at all"]
+
+
+@pytest.mark.parametrize("body", ODD_MODEL, ids=[b.decode() for b in ODD_MODEL])
+def test_odd_model_replies_are_a_fail_line_not_unreachable(tmp_path: Path, body: bytes) -> None:
+    """The endpoint answered: saying it cannot be reached would send the operator to DNS."""
+    from tests.fakes.openai import RawSSE
+
+    with FakeOpenAI(api_key=KEY) as model:
+        model.push(RawSSE(body, content_type="application/json"))
+        result = _check(_env(tmp_path, model.base_url))
+    assert result.returncode == 1
+    line = _line(result.stdout, "model")
+    assert line.startswith("FAIL") and "answered, but not with a chat completion" in line
+    assert "cannot reach" not in result.stdout and "report this as a bug" not in result.stdout
+    assert "OpenAI-compatible root" in result.stdout
+
+
+def test_check_env_file_after_init_reads_what_init_wrote(tmp_path: Path) -> None:
+    """The issue's first hour: `init --persona-dir ./persona --manifest ./mcp.toml`, then
+    `check --env-file .env` (from elsewhere) must not say /persona is missing."""
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {"PATH": os.environ["PATH"]}
+    init = subprocess.run([sys.executable, "-m", "gantry", "init", "--persona-dir", "./persona",
+                           "--manifest", "./mcp.toml"], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert init.returncode == 0, init.stderr
+    with FakeOpenAI(api_key=KEY) as model:
+        with (work / ".env").open("a") as fh:
+            fh.write(f"LLM_BASE_URL={model.base_url}\nLLM_API_KEY={KEY}\nLLM_MODEL=fake-model\n"
+                     f"CHANNEL=stdio\nDATA_DIR={tmp_path / 'data'}\n")
+        result = _run([sys.executable, "-m", "gantry", "check", "--env-file",
+                       str(work / ".env")], env)
+    assert result.returncode == 0, result.stdout
+    persona = _line(result.stdout, "persona")
+    assert persona.startswith("ok") and f"from {work / 'persona'}" in persona
+    assert f"no MCP servers ({work / 'mcp.toml'})" in _line(result.stdout, "mcp manifest")
+    assert _line(result.stdout, "env file").startswith("ok")  # 0600 from init

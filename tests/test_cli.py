@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -44,6 +45,7 @@ def test_help_for_each_command(cmd: list[str], capsys: pytest.CaptureFixture[str
 
 TOKENS = [
     "status", "version", "run", "--max-age", "--max", "--data-dir", "--data", "--json",
+    "--env-file", "--env-file=.env", "--env", ".env",
     "--import-times", "--json=1", "--max-age=5", "--data-dir=", "--import-times=a,b", "-h",
     "--help", "--", "5", "-5", "0", "nan", "1e3", " 7 ", "x", "", "a=b", "/data", "aiogram,mcp",
 ]
@@ -111,3 +113,52 @@ def test_the_version_has_one_source() -> None:
     assert gantry.__version__ == version
     assert "__version__ =" not in (root / "gantry" / "__init__.py").read_text()
     assert 'cat gantry/VERSION' in (root / "Dockerfile.distroless").read_text()
+
+
+# Every command that reads configuration, with the arguments it needs besides --env-file.
+CONFIG_COMMANDS = [
+    ["run"], ["check"], ["status"], ["tools", "list"], ["tools", "search", "q"],
+    ["cron", "list"], ["mcp-memory"], ["memory", "list"], ["memory", "search", "q"],
+    ["memory", "forget", "1"], ["memory", "flagged"],
+    ["memory", "export", "--atproto", "d", "--did", "did:x"],
+    ["memory", "import", "--atproto", "d", "--did", "did:x"],
+]
+
+
+@pytest.mark.parametrize("argv", CONFIG_COMMANDS, ids=" ".join)
+def test_every_configuration_command_takes_env_file(argv: list[str]) -> None:
+    """The same option, in the same place (after the subcommand), with the same meaning."""
+    for form in (["--env-file", "x.env"], ["--env-file=x.env"]):
+        assert _parser().parse_args([*argv, *form]).env_file == "x.env"
+    assert _parser().parse_args(argv).env_file is None
+
+
+ENV_FILE_READERS = [["status"], ["cron", "list"], ["memory", "list"], ["memory", "flagged"],
+                    ["memory", "search", "x"]]
+
+
+@pytest.mark.parametrize("argv", ENV_FILE_READERS, ids=" ".join)
+def test_env_file_data_dir_reaches_the_command(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """DATA_DIR from the file is the directory the command looks in; the environment wins."""
+    monkeypatch.delenv("DATA_DIR", raising=False)
+    env_file = tmp_path / ".env"
+    env_file.write_text(f"DATA_DIR={tmp_path / 'from-file'}\n")
+    assert main([*argv, "--env-file", str(env_file)]) == 1
+    out = capsys.readouterr()
+    assert f"no database at {tmp_path / 'from-file' / 'gantry.db'}" in out.out + out.err
+    monkeypatch.setenv("DATA_DIR", str(tmp_path / "from-env"))
+    assert main([*argv, "--env-file", str(env_file)]) == 1
+    out = capsys.readouterr()
+    assert f"no database at {tmp_path / 'from-env' / 'gantry.db'}" in out.out + out.err
+
+
+@pytest.mark.parametrize("argv", ENV_FILE_READERS, ids=" ".join)
+def test_an_unreadable_env_file_is_one_line(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*argv, "--env-file", str(tmp_path / "missing.env")]) == 1
+    err = capsys.readouterr().err
+    assert f"gantry {argv[0]}: --env-file {str(tmp_path / 'missing.env')!r} cannot be read" in err

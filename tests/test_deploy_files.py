@@ -189,6 +189,9 @@ def test_compose_matches_the_container_contract() -> None:
     assert list(services) == ["gantry"]
     svc = services["gantry"]
     assert svc["env_file"] == ".env"
+    # pinned to the mount targets: an init-written .env records host paths
+    assert svc["environment"] == {"PERSONA_DIR": "/persona", "MCP_MANIFEST": "/etc/gantry/mcp.toml",
+                                  "DATA_DIR": "/data"}
     assert svc["volumes"] == [
         "./deploy/persona:/persona:ro",
         "./deploy/mcp.toml:/etc/gantry/mcp.toml:ro",
@@ -397,8 +400,16 @@ def test_mcp_manifest_sample_is_valid_and_its_examples_parse() -> None:
 
 
 def test_deploy_layout() -> None:
-    for keep in ("data/.gitkeep", "secrets/.gitkeep", "persona/PERSONA.md", "persona/USER.md"):
+    for keep in ("data/.gitkeep", "secrets/.gitkeep", "mcp.toml"):
         assert (DEPLOY / keep).is_file(), keep
+
+
+def test_sample_persona_holds_every_file_init_writes() -> None:
+    """So `gantry init` in a clone (README quick start) skips them and writes only the env file."""
+    from gantry.scaffold import PERSONA_FILES
+
+    for name in PERSONA_FILES:
+        assert (DEPLOY / "persona" / name).is_file(), name
 
 
 @pytest.mark.parametrize("path", ["compose.yml", "deploy/kubernetes/deployment.yaml"])

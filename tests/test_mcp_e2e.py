@@ -236,6 +236,26 @@ def test_tools_list_is_what_the_model_is_offered(
     assert g.wait_exit() == 0
 
 
+def test_routed_status_and_tools_list_name_tools_search_the_same_way(
+    spawn: Callable[..., Gantry], fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    """Routing sends the model tools_search: /status and `tools list` count it, say what it
+    is (not a built-in capability), and agree on the line."""
+    path = manifest(tmp_path, toml_server("every", everything_command()))
+    g = spawn(MCP_MANIFEST=path, TOOLS_MAX_PER_TURN="3")
+    listing = tools_list(g.env)
+    assert listing.returncode == 0, listing.stderr
+    lines = listing.stdout.splitlines()
+    (search,) = [line for line in lines if line.startswith("tools_search ")]
+    assert "  routing  " in search and "built in" not in search
+    summary = lines[-1]
+    assert " built in + tools_search), ~" in summary and "routed:" in summary
+    g.send("/status")
+    assert f"\n{summary}\n" in g.expect("restarts\n")
+    g.close_stdin()
+    assert g.wait_exit() == 0
+
+
 def test_tools_list_without_servers_or_settings_shows_the_builtin_tools(tmp_path: Path) -> None:
     env = {"PATH": os.environ.get("PATH", ""), "MCP_MANIFEST": "/dev/null"}
     out = tools_list(env)

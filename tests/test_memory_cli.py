@@ -76,6 +76,36 @@ def test_export_import(data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
     assert code == 1 and "check DIR and --did" in err
 
 
+@pytest.mark.parametrize("persona", ["missing", "empty"])
+def test_export_without_a_persona_is_refused_on_stderr(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], persona: str
+) -> None:
+    """An empty core record would pass for the persona wherever it is imported."""
+    where = tmp_path / "persona"
+    if persona == "empty":
+        where.mkdir()
+    out_dir = tmp_path / "atproto"
+    code, out, err = run(capsys, "memory", "export", "--atproto", str(out_dir), "--did",
+                         "did:plc:x", "--data-dir", str(data), "--persona-dir", str(where))
+    assert code == 1 and out == "" and not out_dir.exists()
+    said = "does not exist" if persona == "missing" else "holds no *.md files"
+    assert f"gantry memory export: the persona directory {where} {said}" in err
+    assert "--no-core" in err and "{" not in err  # a sentence, not a JSON log record
+    code, out, _ = run(capsys, "memory", "export", "--atproto", str(out_dir), "--did",
+                       "did:plc:x", "--data-dir", str(data), "--persona-dir", str(where),
+                       "--no-core")
+    assert code == 0 and out.startswith("exported 2 memories") and "(no core record)" in out
+    assert len(list((out_dir / "did:plc:x" / "ai.syui.gpt.memory").glob("*.json"))) == 2
+    assert not (out_dir / "did:plc:x" / "ai.syui.gpt.core").exists()
+
+
+def test_export_help_documents_the_persona_dir(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["memory", "export", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--persona-dir DIR" in text and "core record" in text and "--no-core" in text
+
+
 def test_missing_database_is_a_clear_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

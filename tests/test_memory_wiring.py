@@ -58,7 +58,7 @@ async def setup(
         registry = Registry()
         parts = await build(cfg(**env), conn, registry, provider, lambda: "You are Tim.", host)
         agent = Agent(model=provider, sessions=SessionStore(conn), tools=registry,
-                      persona=lambda: "You are Tim.", status_lines=parts.status_lines,
+                      persona=lambda: "You are Tim.", private_status_lines=parts.status_lines,
                       max_tokens=2_000)
         if parts.memory_block is not None:
             agent.memory_block = parts.memory_block
@@ -149,6 +149,23 @@ async def test_memory_tools_run_in_private_and_are_neither_offered_nor_run_in_a_
     # nothing was run: the private row is still there, the group's statement was not stored
     assert [r.line() for r in await parts.memory.recall("mom group said")] == [
         "(person) mom: prefers calls over texts"]
+
+
+async def test_group_status_shows_no_memory_counts_and_the_group_tools(
+    fake: FakeOpenAI, setup: Any
+) -> None:
+    """The row counts are the owner's private data: a group's /status says memory is not
+    used there, and counts the tools a group turn is offered (no memory_*)."""
+    agent, parts, _registry = await setup()
+    await parts.memory.store("person", "mom", "prefers calls over texts")
+    private = await agent(msg("/status"))
+    assert "memory (builtin): 0 fact, 0 preference, 1 person" in private
+    assert "\ntools offered: 3 (3 built in), ~" in private
+    group = await agent(in_group("/status"))
+    assert "memory (builtin)" not in group and "1 person" not in group
+    assert "\nmemory: not used in group chats" in group
+    assert "\ntools offered: 0 (0 built in), ~0 " in group
+    assert fake.requests == []  # a command, not a model turn
 
 
 async def test_forget_tool_and_bad_input_are_results_not_crashes(

@@ -54,3 +54,32 @@ def test_the_connection_is_closed_when_the_reader_raises(tmp_path: Path) -> None
         query(_db(tmp_path), boom)
     with pytest.raises(apsw.ConnectionClosedError):
         seen[0].execute("SELECT 1")
+
+
+@pytest.mark.parametrize("name", ["gantry.db", "odd?name#1%.db", "spaces in name.db"])
+def test_a_wal_database_nobody_has_open_is_read_without_creating_files(
+    tmp_path: Path, name: str
+) -> None:
+    """SQLite's read-only open would leave -wal and -shm next to a WAL database."""
+    path = tmp_path / name
+    conn = apsw.Connection(str(path))
+    conn.execute("PRAGMA journal_mode=WAL").fetchall()  # a row: apsw runs no later statement
+    conn.execute("CREATE TABLE t (x); INSERT INTO t VALUES (1)")
+    conn.close()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert before == [name]
+    assert query(path, lambda c: c.execute("SELECT x FROM t").fetchall()) == [(1,)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_wal_database_open_in_a_writer_sees_its_uncheckpointed_rows(tmp_path: Path) -> None:
+    path = tmp_path / "gantry.db"
+    writer = apsw.Connection(str(path))
+    try:
+        writer.execute("PRAGMA journal_mode=WAL").fetchall()
+        writer.execute("PRAGMA wal_autocheckpoint=0").fetchall()
+        writer.execute("CREATE TABLE t (x); INSERT INTO t VALUES (1)")
+        assert (tmp_path / "gantry.db-wal").exists()
+        assert query(path, lambda c: c.execute("SELECT x FROM t").fetchall()) == [(1,)]
+    finally:
+        writer.close()

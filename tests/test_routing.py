@@ -114,8 +114,9 @@ def test_offered_asks_the_router_without_touching_its_last_call() -> None:
     assert router.last is sent
     assert shown.routed and shown.names == ["memory_recall", SEARCH_TOOL]
     assert [t.builtin for t in shown.tools] == [True, True]
-    assert shown.summary() == (
-        f"tools offered: 2 (2 built in), ~{shown.schema_tokens} schema tokens per request "
+    assert shown.summary() == (  # the router's helper is named, not counted as a built-in
+        f"tools offered: 2 (1 built in + tools_search), ~{shown.schema_tokens} schema tokens "
+        "per request "
         "(est.); routed: each message also gets the best of 106 MCP tools, at most 5")
     assert offered(reg, router, "s", ["email Bob the report"]).names == sent.names
 

@@ -53,7 +53,8 @@ def test_init_writes_any_env_file_owner_only(tmp_path: Path, name: str, umask: i
     assert result.returncode == 0, result.stderr
     assert f"wrote {env_file}" in result.stdout.splitlines()
     assert os.stat(env_file).st_mode & 0o777 == 0o600
-    assert env_file.read_text() == scaffold.env_template()
+    assert env_file.read_text() == scaffold.env_template(
+        {"persona_dir": str(tmp_path / "persona"), "mcp_manifest": str(tmp_path / "mcp.toml")})
     manifest = os.stat(tmp_path / "mcp.toml").st_mode & 0o777
     assert manifest == 0o644 & ~umask  # the files without secrets keep the umask
 
@@ -154,3 +155,63 @@ def test_templates_are_usable(tmp_path: Path) -> None:
     persona = load_persona(tmp_path)
     assert persona.files == scaffold.PERSONA_FILES
     assert "<!--" not in persona.text and "gantry init" not in persona.text
+
+
+def test_env_file_records_the_paths_init_wrote(tmp_path: Path) -> None:
+    """`check --env-file` then reads the persona and manifest init wrote, from any directory."""
+    work = tmp_path / "work"
+    work.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "gantry", "init", "--persona-dir", "persona", "--manifest",
+         "./conf/mcp.toml", "--env-file", ".env"],
+        capture_output=True, text=True, timeout=60, cwd=work, env=_clean_env(),
+    )
+    assert result.returncode == 0, result.stderr
+    env = read_env_file(work / ".env")
+    assert env["PERSONA_DIR"] == str(work / "persona")  # absolute: no working-directory games
+    assert env["MCP_MANIFEST"] == str(work / "conf" / "mcp.toml")
+    assert "DATA_DIR" not in env  # the rest keep their defaults
+    assert os.stat(work / ".env").st_mode & 0o777 == 0o600
+    env.update(LLM_BASE_URL="http://127.0.0.1:9/v1", LLM_API_KEY="k", LLM_MODEL="m",
+               CHANNEL="stdio")
+    cfg = load(env)
+    assert load_persona(cfg.persona_dir).files == scaffold.PERSONA_FILES
+    assert Path(cfg.mcp_manifest).read_text() == scaffold.template("mcp.toml")
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("PERSONA_DIR", "MCP_MANIFEST")}
+
+
+def test_bare_init_names_the_default_paths_and_writes_nothing(tmp_path: Path) -> None:
+    """Not only in --help: /persona and /etc/gantry are said before anything is written."""
+    cmd = [sys.executable, "-m", "gantry", "init", "--env-file", str(tmp_path / ".env")]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
+                            env=_clean_env())
+    assert result.returncode == 2 and result.stdout == ""
+    assert "would write /persona/*.md and /etc/gantry/mcp.toml" in result.stderr
+    assert "--default-paths" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / ".env").exists()
+    only_manifest = subprocess.run([*cmd, "--persona-dir", str(tmp_path / "p")],
+                                   capture_output=True, text=True, timeout=60, env=_clean_env())
+    assert only_manifest.returncode == 2
+    assert "would write /etc/gantry/mcp.toml (" in only_manifest.stderr
+    from_env = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
+                              env={**_clean_env(), "PERSONA_DIR": str(tmp_path / "p"),
+                                   "MCP_MANIFEST": str(tmp_path / "m.toml")})
+    assert from_env.returncode == 0, from_env.stderr  # the environment named them
+    assert (tmp_path / "m.toml").is_file()
+
+
+def test_default_paths_flag_writes_the_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With --default-paths init goes ahead with /persona and /etc/gantry/mcp.toml."""
+    from gantry.cli import main
+
+    seen: list[tuple[str, str, str]] = []
+    monkeypatch.setattr(scaffold, "main", lambda *a: seen.append(a) or 0)
+    monkeypatch.delenv("PERSONA_DIR", raising=False)
+    monkeypatch.delenv("MCP_MANIFEST", raising=False)
+    assert main(["init", "--default-paths", "--env-file", str(tmp_path / ".env")]) == 0
+    assert seen == [("/persona", "/etc/gantry/mcp.toml", str(tmp_path / ".env"))]

@@ -42,6 +42,24 @@ def test_no_row(tmp_path: Path) -> None:
     assert not ok and "no heartbeat row" in line
 
 
+def test_a_database_nothing_ever_ran_on_says_so(tmp_path: Path) -> None:
+    """Not "has not finished booting" when no process has the database open."""
+    path = _fresh_db(tmp_path, age=None)
+    ok, line = heartbeat.check(path)
+    assert not ok and "gantry run has never run with" in line and "booting" not in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gantry.db"]  # and creates nothing
+
+
+def test_no_row_while_a_run_has_the_database_open_is_booting(tmp_path: Path) -> None:
+    path = _fresh_db(tmp_path, age=None)
+    booting = db.connect(path)  # `run` between its migration and its first heartbeat
+    try:
+        ok, line = heartbeat.check(path)
+    finally:
+        booting.close()
+    assert not ok and "has not finished booting" in line
+
+
 def test_stale(tmp_path: Path) -> None:
     ok, line = heartbeat.check(_fresh_db(tmp_path, age=300))
     assert not ok and "stale by 240 s" in line
@@ -175,6 +193,24 @@ def test_status_imports_are_lean(tmp_path: Path) -> None:
     assert "HEAVY []" in r.stdout
     assert "DB False" in r.stdout  # migrations machinery (importlib.resources) stays out
     assert "PROXYENV False" in r.stdout
+
+
+def test_status_env_file_is_read_leanly(tmp_path: Path) -> None:
+    """`status --env-file` reads DATA_DIR from the file as `run` does, importing nothing heavy."""
+    _fresh_db(tmp_path)
+    env_file = tmp_path / "gantry.env"
+    env_file.write_text(f"# from gantry init\nexport DATA_DIR='{tmp_path}'\nLLM_MODEL=m\n")
+    r = _imported(["status", "--env-file", str(env_file)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("healthy:") and "HEAVY []" in r.stdout and "DB False" in r.stdout
+
+
+def test_status_with_a_bad_env_file_says_which_line(tmp_path: Path) -> None:
+    env_file = tmp_path / "gantry.env"
+    env_file.write_text("DATA_DIR=/x\nnot a line\n")
+    r = _imported(["status", "--env-file", str(env_file)])
+    assert r.returncode == 1 and f"{env_file}:2: expected KEY=VALUE" in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_version_imports_are_lean() -> None:

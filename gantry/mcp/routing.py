@@ -15,7 +15,7 @@ from typing import Any
 
 import apsw
 
-from gantry.tools import Offer, Source, Tool
+from gantry.tools import ROUTING, Offer, Tool
 
 # Field weights for bm25(): name, server, description, parameters (tuned on BFCL, see bench/).
 WEIGHTS = (4.0, 1.0, 2.0, 1.0)
@@ -134,7 +134,7 @@ class ToolIndex:
 # ---------------------------------------------------------------------------- per-turn selection
 
 SEARCH_TOOL = "tools_search"
-SOURCE = Source("routing")
+SOURCE = ROUTING
 STICKY_PER_SESSION = 8
 MAX_SESSIONS = 256
 SEARCH_RESULTS = 8

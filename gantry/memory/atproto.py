@@ -175,19 +175,21 @@ def _check_did(did: str) -> str:
 
 
 def export(
-    store: MemoryStore, directory: str | os.PathLike[str], did: str, core: str,
+    store: MemoryStore, directory: str | os.PathLike[str], did: str, core: str | None,
     handle: str = "handle.invalid",
 ) -> tuple[int, Path]:
-    """Write every active row (and the persona as core) in aigpt's layout; (count, root)."""
+    """Write every active row (and the persona as core, unless `core` is None) in aigpt's
+    layout; (count, root)."""
     did = _check_did(did)
     root = Path(directory) / did
     mem_dir, core_dir = root / MEMORY, root / CORE
     mem_dir.mkdir(parents=True, exist_ok=True)
-    core_dir.mkdir(parents=True, exist_ok=True)
     rows = store.active_all()
     for tid, record in records(rows, did):
         _write_json(mem_dir / f"{tid}.json", record)
-    _write_json(core_dir / "self.json", core_record(did, handle, core, iso(store.clock())))
+    if core is not None:
+        core_dir.mkdir(parents=True, exist_ok=True)
+        _write_json(core_dir / "self.json", core_record(did, handle, core, iso(store.clock())))
     return len(rows), root
 
 

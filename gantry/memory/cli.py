@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
+
+from gantry.envfile import add_option as env_file_option
 
 COMMANDS = ("mcp-memory", "memory")
 
 
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name, "").strip() or default
+def _env(environ: Mapping[str, str], name: str, default: str) -> str:
+    return environ.get(name, "").strip() or default
 
 
 def add_parsers(sub: Any) -> None:
@@ -56,31 +59,42 @@ def add_parsers(sub: Any) -> None:
                        "DIR/{did}/ai.syui.gpt.core/self.json")
         p.add_argument("--did", required=True, help="e.g. did:plc:abc123")
         if name == "export":
-            p.add_argument("--handle", default="handle.invalid")
+            p.add_argument("--handle", default="handle.invalid",
+                           help="the handle in the core record (default handle.invalid)")
+            p.add_argument("--no-core", action="store_true",
+                           help="export the memories only, without the core record (which is "
+                           "the persona; without this a missing persona is an error)")
         _dirs(p, persona=name == "export")
 
 
 def _dirs(p: Any, persona: bool = False) -> None:
+    env_file_option(p)
     p.add_argument("--data-dir", default=None, metavar="DIR",
                    help="override DATA_DIR (default: $DATA_DIR or /data)")
     if persona:
         p.add_argument("--persona-dir", default=None, metavar="DIR",
-                       help="override PERSONA_DIR (default: $PERSONA_DIR or /persona)")
+                       help="the persona files (default: $PERSONA_DIR or /persona); export "
+                       "writes them as the core record, mcp-memory serves them as instructions")
 
 
 def main(args: Any) -> int:
-    data_dir = args.data_dir or _env("DATA_DIR", "/data")
+    from gantry.cli import environ
+
+    env = environ(args, args.command)
+    if env is None:
+        return 1
+    data_dir = args.data_dir or _env(env, "DATA_DIR", "/data")
     if args.command == "mcp-memory":
         from gantry import log as logsetup
         from gantry.memory.serve import main as serve
 
-        logsetup.setup(_env("LOG_LEVEL", "info").lower(), [])
-        persona_dir = args.persona_dir or _env("PERSONA_DIR", "/persona")
+        logsetup.setup(_env(env, "LOG_LEVEL", "info").lower(), [])
+        persona_dir = args.persona_dir or _env(env, "PERSONA_DIR", "/persona")
         return serve(data_dir, persona_dir, did=args.did, max_records=args.max_records)
-    return _memory(args, data_dir)
+    return _memory(args, data_dir, env)
 
 
-def _memory(args: Any, data_dir: str) -> int:
+def _memory(args: Any, data_dir: str, env: Mapping[str, str]) -> int:
     from gantry import db
     from gantry.memory.store import MemoryStore, render_hits
 
@@ -116,7 +130,7 @@ def _memory(args: Any, data_dir: str) -> int:
         elif cmd == "flagged":
             return _flagged(store, args.resolve)
         elif cmd == "export":
-            return _export(store, args)
+            return _export(store, args, env)
         else:
             return _import(store, args)
     finally:
@@ -148,21 +162,34 @@ def _flagged(store: Any, resolve: int | None) -> int:
     return 0
 
 
-def _export(store: Any, args: Any) -> int:
-    from gantry.memory.atproto import export
-    from gantry.persona import PersonaError, load
+def _export(store: Any, args: Any, env: Mapping[str, str]) -> int:
+    """Memories plus the persona as aigpt's core record; no persona is refused, not exported
+    as an empty core (an import elsewhere would take it for the persona)."""
+    from pathlib import Path
 
-    try:
-        core = load(args.persona_dir or _env("PERSONA_DIR", "/persona")).text
-    except PersonaError as exc:
-        print(f"gantry memory: {exc}", file=sys.stderr)
-        return 1
+    from gantry.memory.atproto import export
+    from gantry.persona import PersonaError, load, md_files
+
+    core: str | None = None
+    if not args.no_core:
+        persona_dir = Path(args.persona_dir or _env(env, "PERSONA_DIR", "/persona"))
+        if not persona_dir.is_dir() or not md_files(persona_dir):
+            what = "does not exist" if not persona_dir.is_dir() else "holds no *.md files"
+            print(f"gantry memory export: the persona directory {persona_dir} {what}, and the "
+                  "core record is the persona; pass --persona-dir DIR (or set PERSONA_DIR), or "
+                  "--no-core to export the memories without a core record", file=sys.stderr)
+            return 1
+        try:
+            core = load(persona_dir).text
+        except PersonaError as exc:
+            print(f"gantry memory export: {exc}", file=sys.stderr)
+            return 1
     try:
         n, root = export(store, args.atproto, args.did, core, args.handle)
     except (OSError, ValueError) as exc:
         print(f"gantry memory export: {exc}", file=sys.stderr)
         return 1
-    print(f"exported {n} memories to {root}")
+    print(f"exported {n} memories to {root}" + (" (no core record)" if core is None else ""))
     return 0
 
 

@@ -112,6 +112,8 @@ def compose_run_args(proj: Path, name: str, tmpfs: list[str] | None = None) -> l
     """`docker run` flags for compose.yml's service, read from the file (not restated here)."""
     svc = _compose_service()
     args = ["--name", name, "--network", "host", "--env-file", str(proj / svc["env_file"])]
+    for key, value in svc.get("environment", {}).items():  # -e wins over --env-file, as in compose
+        args += ["-e", f"{key}={value}"]
     if svc.get("read_only"):
         args.append("--read-only")
     for entry in svc["tmpfs"] if tmpfs is None else tmpfs:

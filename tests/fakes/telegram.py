@@ -55,7 +55,7 @@ T = TypeVar("T")
 
 FaultKind = Literal[
     "retry_after", "conflict", "server_error", "not_modified", "cant_parse", "dropped", "error",
-    "blocked", "chat_not_found", "migrated", "html_502", "slow",
+    "blocked", "chat_not_found", "migrated", "html_502", "slow", "raw",
 ]
 
 NOT_MODIFIED = (
@@ -288,7 +288,9 @@ class FakeTelegram(LoopbackServer):
         error (any `status` + `description`), blocked (403 "bot was blocked by the user"),
         chat_not_found (400), migrated (400 + parameters.migrate_to_chat_id = `migrate_to`),
         html_502 (a 502 whose body is nginx's HTML page, not JSON), slow (the call succeeds
-        normally, but only after `delay`). `delay` seconds pass before the fault is delivered.
+        normally, but only after `delay`). raw (HTTP `status` with `description` verbatim as an
+        application/json body: a proxy or self-hosted server answering in its own shape).
+        `delay` seconds pass before the fault is delivered.
         """
         fault = Fault(kind, retry_after, status, description, delay, migrate_to)
         with self._lock:
@@ -657,6 +659,10 @@ def _fault_response(request: web.Request, call: Call, fault: Fault) -> web.Strea
     if fault.kind == "html_502":
         call.status = 502
         return web.Response(status=502, text=HTML_502, content_type="text/html")
+    if fault.kind == "raw":
+        call.status = fault.status
+        return web.Response(status=fault.status, text=fault.description,
+                            content_type="application/json")
     if fault.kind == "dropped":
         call.status = 0
         if request.transport is not None:
