@@ -6,6 +6,7 @@ lock/ (one per environment, all from the same resolution): no session resolves a
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -114,10 +115,28 @@ def ci(session: nox.Session) -> None:
     session.notify("systemd")
 
 
+def install_locked_once(session: nox.Session, env: str) -> None:
+    """install_locked, skipped when this virtualenv was installed from these very lock files
+    and project metadata: the editable install already sees every source change, so a
+    restart of `nox -s run` need not spend seconds in pip for nothing."""
+    inputs = [LOCK_DIR / "backend.txt", LOCK_DIR / f"{env}.txt", ROOT / "pyproject.toml",
+              ROOT / "gantry" / "VERSION"]
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in inputs)).hexdigest()
+    location = getattr(session.virtualenv, "location", None)
+    stamp = Path(location) / ".gantry-installed" if location else None
+    if stamp is not None and stamp.is_file() and stamp.read_text() == digest:
+        session.log(f"lock/{env}.txt unchanged since this environment was installed: no install")
+        return
+    install_locked(session, env)
+    if stamp is not None:
+        stamp.write_text(digest)
+
+
 @nox.session
 def run(session: nox.Session) -> None:
-    """`gantry run` from a source install; CHANNEL=stdio unless set; reads .env if present."""
-    install_locked(session, "runtime")
+    """`gantry run` from a source install; CHANNEL=stdio unless set; reads .env if present;
+    MCP servers from .gantry-data/mcp.toml if present. Logs stay on stderr."""
+    install_locked_once(session, "runtime")
     env = {
         "CHANNEL": os.environ.get("CHANNEL", "stdio"),
         "DATA_DIR": os.environ.get("DATA_DIR", str(ROOT / ".gantry-data")),
@@ -127,7 +146,8 @@ def run(session: nox.Session) -> None:
     if "MCP_MANIFEST" not in os.environ and manifest.exists():
         env["MCP_MANIFEST"] = str(manifest)
     args = ["--env-file", ".env"] if (ROOT / ".env").exists() else []
-    session.run("gantry", "run", *args, *session.posargs, env=env, external=False)
+    # stderr=None: nox would fold the log lines into stdout, among the replies
+    session.run("gantry", "run", *args, *session.posargs, env=env, external=False, stderr=None)
 
 
 @nox.session
