@@ -11,13 +11,14 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, tzinfo
 from typing import Any, Protocol
 
 import anyio
 
 from gantry import __version__
 from gantry.channel.base import Inbound, ReplyStream, TurnFailed, unknown_command
-from gantry.prompt import assemble, system_text
+from gantry.prompt import assemble, system_text, time_footer
 from gantry.session import (
     SessionStore,
     collapse_tool_results,
@@ -151,6 +152,8 @@ class Agent:
     tool_status: Callable[[], list[str]] | None = None  # one line per MCP server for /status
     router: Any = None  # gantry.mcp.routing.Router when MCP servers are configured
     status_lines: list[Callable[[str], str]] = field(default_factory=list)  # cron, memory
+    zone: tzinfo = UTC  # the user's zone (CRON_TZ): the time footer of every turn is in it
+    clock: Callable[[], float] = time.time  # wall time for the footer (tests fix it)
     started: float = field(default_factory=time.monotonic)
     # session → (lock, turns holding or waiting for it); dropped at zero, so it stays small
     _locks: dict[str, tuple[anyio.Lock, int]] = field(default_factory=dict)
@@ -200,7 +203,9 @@ class Agent:
                 return HELP
             if not msg.scheduled and (unknown := unknown_command(msg.text)) is not None:
                 return unknown
-            return await self._turn(msg.session_id, msg.text, stream, shared=msg.group)
+            due = msg.scheduled_for if msg.scheduled else None
+            return await self._turn(msg.session_id, msg.text, stream, shared=msg.group,
+                                    scheduled_for=due)
         except TurnFailed as exc:
             if msg.scheduled:
                 raise
@@ -248,10 +253,12 @@ class Agent:
     # ------------------------------------------------------------------ the turn
 
     async def _turn(
-        self, session_id: str, text: str, stream: ReplyStream | None, *, shared: bool = False
+        self, session_id: str, text: str, stream: ReplyStream | None, *, shared: bool = False,
+        scheduled_for: float | None = None,
     ) -> str:
         """One turn; `shared` (a group chat, read by others) leaves long-term memory out of
-        the prompt and its tools out of the offer, and refuses them if called anyway."""
+        the prompt and its tools out of the offer, and refuses them if called anyway.
+        `scheduled_for` (unix seconds) marks a turn the scheduler started, due then."""
         from gantry.provider import ProviderError
 
         started = time.monotonic()
@@ -270,6 +277,8 @@ class Agent:
             log.exception("memory hydration failed; continuing without it")
             memory = ""
         texts = [text, *_earlier_user_texts(history, ROUTING_CONTEXT_TURNS)]
+        # Once per turn, to the minute: every call of the turn sends the same bytes.
+        footer = time_footer(self.clock(), self.zone, scheduled_for)
         new: list[Message] = []
         rounds = resumed or 0
         used: list[str] = []
@@ -283,11 +292,13 @@ class Agent:
                 extra: list[Message] = [UserMessage(CAP_NOTE)] if capped else []
                 prompt = assemble(
                     persona=self.persona(),
-                    history=[*history, *new, *extra],
+                    history=[*history, *new],
                     max_messages=self.max_messages,
                     max_tokens=self.max_tokens,
                     memory_block=memory,
                     summary=summary,
+                    footer=footer,
+                    tail=extra,
                 )
                 schemas = None if capped else self._offer(session_id, texts, shared)
                 completion = await self._call(prompt.messages, schemas, stream)

@@ -67,6 +67,8 @@ class Inbound(msgspec.Struct, frozen=True):
     scheduled: bool = False
     """Sent by the scheduler, not a person: a failed turn raises TurnFailed instead of
     answering with an apology, which would be pushed to a user who asked nothing."""
+    scheduled_for: float | None = None
+    """A scheduled message's due time (unix seconds): the prompt's time block names it."""
 
     @property
     def session_id(self) -> str:

@@ -196,7 +196,8 @@ class Ticker:
                     return
                 chat = run.session_id.split(":", 1)[1]
                 msg = Inbound(channel=self.channel, chat_id=chat, user_id=USER_ID,
-                              text=synthetic_text(run), scheduled=True)
+                              text=synthetic_text(run), scheduled=True,
+                              scheduled_for=run.due_at)
                 try:
                     reply = await self.respond(msg, None)
                 except TurnAborted:

@@ -51,6 +51,7 @@ __all__ = [
     "Script",
     "ToolCalls",
     "rate_limited",
+    "without_footer",
 ]
 
 
@@ -189,10 +190,19 @@ class RecordedRequest:
 
     @property
     def last_user_text(self) -> str:
+        """The newest user message as the user wrote it: gantry's time footer left off."""
         for message in reversed(self.messages):
             if message.get("role") == "user":
-                return _text(message.get("content"))
+                return without_footer(_text(message.get("content")))
         return ""
+
+
+TIME_MARK = "\n\n[gantry context, not from the user]"  # gantry.prompt.TIME_MARK
+
+
+def without_footer(text: str) -> str:
+    """A user message without the time block gantry appends to the turn's message."""
+    return text.split(TIME_MARK, 1)[0]
 
 
 def _text(content: Any) -> str:
