@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from gantry.agent import NO_ANSWER, NUDGE
 from gantry.runtime import DRAIN_SECONDS
 from tests.fakes.openai import Call, FakeOpenAI, HTTPError, Reply, ToolCalls, without_footer
 from tests.procs import ChildIO
@@ -346,13 +347,14 @@ def test_tool_round_cap_forces_a_final_answer(
     spawn: Callable[..., Gantry], fake: FakeOpenAI
 ) -> None:
     g = spawn(TOOL_MAX_ITERATIONS="2")
-    fake.push(*[ToolCalls([Call("loop_forever", {"n": i})]) for i in range(3)])
-    g.ask("spin", "(the model returned an empty reply)")
-    assert len(fake.requests) == 3  # two tool rounds, then one capped call
+    fake.push(*[ToolCalls([Call("loop_forever", {"n": i})]) for i in range(4)])
+    g.ask("spin", NO_ANSWER)
+    assert len(fake.requests) == 4  # two tool rounds, one capped call, one nudge
     capped = fake.requests[2].messages
     assert capped[-1]["role"] == "user" and "tool-call limit" in capped[-1]["content"]
-    assert "tools" not in fake.requests[2].body
-    # The fake's third script was still a tool call; the agent must not loop or crash.
+    assert "tools" not in fake.requests[2].body and "tools" not in fake.requests[3].body
+    assert fake.requests[3].messages[-1] == {"role": "user", "content": NUDGE}
+    # The fake kept calling tools with none offered; the agent must not loop or crash.
     assert g.proc.poll() is None
     g.ask("next", "echo: next")
     g.assert_clean()
