@@ -50,6 +50,7 @@ __all__ = [
     "Reply",
     "Script",
     "ToolCalls",
+    "WhenOffered",
     "rate_limited",
     "without_footer",
 ]
@@ -167,7 +168,20 @@ class BadGzip:
     delay: float = 0.0
 
 
-Script = Reply | Echo | ToolCalls | HTTPError | CutStream | Malformed | RawSSE | CutJSON | BadGzip
+@dataclass(frozen=True)
+class WhenOffered:
+    """`calls` while the request offers tools, else `otherwise`: a model that never stops
+    calling tools until they are withheld."""
+
+    calls: ToolCalls
+    otherwise: Reply
+    delay: float = 0.0
+
+
+Script = (
+    WhenOffered | Reply | Echo | ToolCalls | HTTPError | CutStream | Malformed | RawSSE | CutJSON
+    | BadGzip
+)
 
 
 @dataclass
@@ -385,6 +399,8 @@ class FakeOpenAI(LoopbackServer):
             include_usage=bool(stream_options.get("include_usage")),
             prompt_chars=len(json.dumps(body.get("messages", []))),
         )
+        if isinstance(script, WhenOffered):
+            script = script.calls if body.get("tools") else script.otherwise
         if isinstance(script, Echo):
             script = Reply(f"echo: {recorded.last_user_text}", chunk_size=script.chunk_size)
         if isinstance(script, HTTPError):
