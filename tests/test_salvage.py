@@ -555,3 +555,41 @@ async def test_a_printed_call_in_the_landing_call_is_not_the_answer(
     fake.push(ToolCalls([Call(T, TOKYO)]), fixture("hermes_qwen25.json"), Reply("It is 19:14."))
     assert await agent(msg("time?")) == "It is 19:14."  # the nudge answered
     assert len(fake.requests) == 3
+
+
+# ----------------------------------------------------------------------------- real mcp-server-time
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_every_printed_format_runs_the_real_time_server(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    """PyPI's mcp-server-time behind the real MCP host: each recorded format's printed call
+    reaches it, its real result goes back to the model, the user reads only the answer."""
+    from gantry import db
+    from gantry.agent import Agent
+    from gantry.provider import Provider
+    from gantry.session import SessionStore
+    from tests.fakes.mcp_servers import time_command, toml_server
+    from tests.test_mcp_host import running
+
+    async with running(toml_server("time", [time_command()])) as (_host, reg):
+        provider = Provider(fake.base_url, "sk-test-123456", "fake-model")
+        try:
+            for i, name in enumerate(CALL_FIXTURES):
+                for streamed in requests_streamed(name):
+                    agent = Agent(model=provider, tools=reg, persona=lambda: "You are Tim.",
+                                  sessions=SessionStore(db.connect(tmp_path / f"{i}{streamed}.db")))
+                    fake.push(fixture(name), Reply("It is evening in Tokyo."))
+                    shown = Shown() if streamed else None
+                    reply = await agent(msg("what time is it in Tokyo?"), shown)
+                    assert reply == "It is evening in Tokyo.", name
+                    tool = next(m for m in fake.last_request.messages if m["role"] == "tool")
+                    result = json.loads(tool["content"])  # the real server's answer
+                    assert result["timezone"] == "Asia/Tokyo" and "datetime" in result, name
+                    if shown is not None:
+                        no_leak("".join(shown.ever))
+                    fake.requests.clear()
+        finally:
+            await provider.aclose()
