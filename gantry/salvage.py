@@ -314,6 +314,7 @@ def _repaired(text: str) -> dict[str, Any] | None:
 # ----------------------------------------------------------------------------- streaming
 
 HOLD_MAX = 2_000  # chars held back at most while undecided, then shown anyway
+_LONGEST = max(len(m) for m in (*MARKERS, THINK_OPEN))
 _CALL_KEYS = frozenset({"name", "function", "type", "id"})
 _FIRST_KEY = re.compile(r'\A\[?\s*\{\s*"([^"\\]*)"\s*:\s*(?:"([^"\\]*)(")?)?')
 _PARTIAL_KEY = re.compile(r'\[?\s*(\{\s*("[^"\\]*("\s*(:\s*"?[^"\\]*)?)?)?)?')
@@ -329,11 +330,15 @@ class StreamGate:
         self.names = names
         self.text = ""
         self._out = ""
+        self._prose = False  # the reply's start was decided: no printed call (stays so)
+        self._cut: int | None = None  # where a marker or <think> stopped the shown text
 
     def feed(self, delta: str) -> tuple[str, bool]:
         """Add streamed text: (what may be shown now, whether what was shown so far must be
         taken back first — it was reasoning whose opening tag the template sent)."""
         self.text += delta
+        if THINK_CLOSE in delta or THINK_CLOSE in self.text[-len(delta) - 8 :]:
+            self._prose, self._cut = False, None  # reasoning ended: decide afresh after it
         safe = self._safe()
         restart = bool(self._out) and not safe.startswith(self._out)
         if restart:
@@ -346,34 +351,39 @@ class StreamGate:
     def _visible(self) -> str:
         """The text after any leading reasoning blocks."""
         text = self.text
-        while True:
-            head, sep, rest = text.partition(THINK_CLOSE)
-            if not sep or (THINK_OPEN in head and not head.lstrip().startswith(THINK_OPEN)):
+        while THINK_CLOSE in text:
+            head, _, rest = text.partition(THINK_CLOSE)
+            if THINK_OPEN in head and not head.lstrip().startswith(THINK_OPEN):
                 return text
             text = rest
+        return text
 
     def _safe(self) -> str:
         """The longest prefix of the visible text that cannot become a call or reasoning."""
         text = self._visible()
+        if self._cut is not None:
+            return text[: self._cut]
         body = text.lstrip()
         lead = len(text) - len(body)
         if not body:
             return ""
-        for marker in (*MARKERS, THINK_OPEN):
-            if body.startswith(marker) or marker.startswith(body):
+        if not self._prose:
+            for marker in (*MARKERS, THINK_OPEN):
+                if body.startswith(marker) or marker.startswith(body):
+                    return ""
+            if len(body) < HOLD_MAX and self._maybe_call(body):
                 return ""
-        if len(body) < HOLD_MAX and self._maybe_call(body):
-            return ""
-        cut = len(body)
-        for marker in (*MARKERS, THINK_OPEN):
-            found = body.find(marker)
-            if found >= 0:
-                cut = min(cut, found)
-            for k in range(len(marker) - 1, 0, -1):  # a marker's start at the very end
-                if body.endswith(marker[:k]):
-                    cut = min(cut, len(body) - k)
-                    break
-        return text[: lead + cut]
+            self._prose = True
+        start = max(0, len(self._out) - lead - _LONGEST)  # earlier text was scanned already
+        found = [i for m in (*MARKERS, THINK_OPEN) if (i := body.find(m, start)) >= 0]
+        if found:
+            self._cut = lead + min(found)
+            return text[: self._cut]
+        tail = body[-_LONGEST:]
+        at = max(tail.rfind("<"), tail.rfind("["))
+        if at >= 0 and any(m.startswith(tail[at:]) for m in (*MARKERS, THINK_OPEN)):
+            return text[: lead + len(body) - len(tail) + at]  # a marker may be starting
+        return text
 
     def _maybe_call(self, body: str) -> bool:
         """Whether `body` (the reply so far) could still be a printed call."""
