@@ -568,7 +568,7 @@ class Agent:
             if len(history) > 2 * self.max_messages:
                 self.sessions.delete(dropped_ids)
             return
-        text = done.text.strip()[:SUMMARY_MAX_CHARS] or old
+        text = split_reasoning(done.text)[0].strip()[:SUMMARY_MAX_CHARS] or old
         if not self.sessions.fold(session_id, text, dropped_ids):
             log.info("history changed while folding (/new?); fold skipped",
                      extra={"session": session_id})

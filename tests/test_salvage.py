@@ -593,3 +593,17 @@ async def test_every_printed_format_runs_the_real_time_server(
                     fake.requests.clear()
         finally:
             await provider.aclose()
+
+
+@pytest.mark.anyio
+async def test_the_summariser_s_reasoning_is_not_stored(fake: FakeOpenAI, tmp_path: Path) -> None:
+    from tests.test_agent import folding, settled
+
+    agent = make_agent(fake, tmp_path, max_messages=6)
+    async with folding(agent):
+        for i in range(3):
+            await agent(msg(f"m{i}"))
+        fake.push(Reply("echo: m3"), Reply("<think>merge them</think>\nthey counted m0 to m3"))
+        await agent(msg("m3"))
+        await settled(agent)
+    assert agent.sessions.summary("test:1") == "they counted m0 to m3"
