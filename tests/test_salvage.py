@@ -5,7 +5,6 @@ real provider and agent loop against the fake server."""
 from __future__ import annotations
 
 import json
-import keyword
 import logging
 from pathlib import Path
 from typing import Any
@@ -268,12 +267,11 @@ def test_a_streamed_printed_call_is_never_shown(form: str, args: dict[str, Any],
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(st.characters(categories=["L", "N", "Zs"]) | st.sampled_from(".,!?'"),
-               min_size=1, max_size=120), CUTS)
-def test_streamed_prose_is_shown_as_it_comes(text: str, cut: list[int]) -> None:
-    word = text.strip().split(" ")[0] if text.strip() else ""
-    assume(text.strip() and not any(n.startswith(word) for n in NAMES))
-    assume(not (word.isidentifier() and not keyword.iskeyword(word) and text.strip() == word))
+@given(st.sampled_from(["Sure", "The", "It is", "Hello,", "Yes!", "  Tokyo", "9:00"]),
+       st.text(st.characters(categories=["L", "N", "Zs"]) | st.sampled_from(".,!?'"),
+               max_size=120), CUTS)
+def test_streamed_prose_is_shown_as_it_comes(start: str, rest: str, cut: list[int]) -> None:
+    text = start + rest
     assert gated(text, cut) == text
 
 
