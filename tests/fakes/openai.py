@@ -149,6 +149,7 @@ class RawSSE:
     pieces: Sequence[int] = ()
     content_type: str = "text/event-stream"
     delay: float = 0.0
+    event_delay: float = 0.0  # > 0: the body is sent one SSE event at a time, this far apart
 
 
 @dataclass(frozen=True)
@@ -502,6 +503,12 @@ async def _raw(request: web.Request, script: RawSSE) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": script.content_type})
     await response.prepare(request)
     body, offset = script.body, 0
+    if script.event_delay:
+        for event in body.split(b"\n\n"):
+            await response.write(event + b"\n\n")
+            await asyncio.sleep(script.event_delay)
+        await response.write_eof()
+        return response
     for size in script.pieces:
         await response.write(body[offset : offset + size])
         offset += size
