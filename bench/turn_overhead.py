@@ -17,9 +17,9 @@ messages. Two variants:
             turn trims the prompt and folds history into the summary (the worst case; in
             steady state folds come in batches)
 
-Each variant and size runs twice in the same process: `extras off` with the per-turn time
-footer and the small-model repairs (reasoning split, printed-call salvage, call repair)
-patched out, then `extras on` as shipped, so the difference is their cost (issue 27). Three
+Each variant and size alternates turn by turn between `extras off` (the per-turn time
+footer and the small-model repairs — reasoning split, printed-call salvage, call repair —
+patched out) and `extras on` (as shipped), so the difference is their cost (issue 27). Three
 tools are registered so salvage has offered names to check the reply against. A last table
 times those pieces alone (µs per call), including the stream gate over a streamed reply.
 
@@ -198,10 +198,11 @@ class Row:
 
 
 async def measure(
-    fake: FakeOpenAI, variant: Variant, size: int, turns: int, warmup: int, data_dir: Path,
-    on: bool,
-) -> Row:
-    conn = db.connect(data_dir / f"{variant.name}-{size}-{on}.db")
+    fake: FakeOpenAI, variant: Variant, size: int, turns: int, warmup: int, data_dir: Path
+) -> list[Row]:
+    """Rows for extras off and on: the turns alternate between the two, so drift (other
+    load on the machine, a growing heap) falls on both alike."""
+    conn = db.connect(data_dir / f"{variant.name}-{size}.db")
     store = SessionStore(conn)
     prefill = history(size)
     provider = Provider(fake.base_url, KEY, "fake-model")
@@ -215,40 +216,45 @@ async def measure(
         max_tokens=variant.max_tokens,
         zone=ZoneInfo("Europe/Berlin"),
     )
-    own: list[float] = []
-    spent: list[float] = []
-    prompt_msgs = 0
+    own: dict[bool, list[float]] = {False: [], True: []}
+    spent: dict[bool, list[float]] = {False: [], True: []}
+    prompt_msgs: dict[bool, int] = {}
     try:
         restore(conn, store, prefill, variant)
         gc.collect()
-        for i in range(warmup + turns):
+        for i in range(2 * (warmup + turns)):
+            on = i % 2 == 1
             msg = Inbound("stdio", "bench", "bench", f"turn {i}: what should I do next?")
-            before = model.spent
-            started = time.perf_counter()
-            await agent(msg)
-            wall = time.perf_counter() - started
+            with extras(on):
+                before = model.spent
+                started = time.perf_counter()
+                await agent(msg)
+                wall = time.perf_counter() - started
             in_model = model.spent - before
-            if i >= warmup:
-                own.append(wall - in_model)
-                spent.append(in_model)
-            prompt_msgs = len(fake.requests[0].messages)
+            if i >= 2 * warmup:
+                own[on].append(wall - in_model)
+                spent[on].append(in_model)
+            prompt_msgs[on] = len(fake.requests[0].messages)
             fake.requests.clear()  # the recorded bodies would otherwise pile up
             restore(conn, store, prefill, variant)
     finally:
         await provider.aclose()
         conn.close()
     ms = 1000.0
-    return Row(
-        variant.name,
-        "on" if on else "off",
-        size,
-        turns,
-        pct(own, 0.50) * ms,
-        pct(own, 0.99) * ms,
-        statistics.fmean(own) * ms,
-        pct(spent, 0.50) * ms,
-        prompt_msgs,
-    )
+    return [
+        Row(
+            variant.name,
+            "on" if on else "off",
+            size,
+            turns,
+            pct(own[on], 0.50) * ms,
+            pct(own[on], 0.99) * ms,
+            statistics.fmean(own[on]) * ms,
+            pct(spent[on], 0.50) * ms,
+            prompt_msgs[on],
+        )
+        for on in (False, True)
+    ]
 
 
 def table(rows: list[Row]) -> str:
@@ -336,11 +342,7 @@ async def run(sizes: list[int], turns: int, warmup: int) -> list[Row]:
         with tempfile.TemporaryDirectory(prefix="gantry-bench-") as d:
             for variant in VARIANTS:
                 for size in sizes:
-                    for on in (False, True):
-                        with extras(on):
-                            rows.append(
-                                await measure(fake, variant, size, turns, warmup, Path(d), on)
-                            )
+                    rows += await measure(fake, variant, size, turns, warmup, Path(d))
     return rows
 
 
