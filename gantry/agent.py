@@ -7,17 +7,20 @@ time per session; different sessions run concurrently.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, tzinfo
 from typing import Any, Protocol
 
 import anyio
 
 from gantry import __version__
 from gantry.channel.base import Inbound, ReplyStream, TurnFailed, unknown_command
-from gantry.prompt import assemble, system_text
+from gantry.prompt import assemble, system_text, time_footer
+from gantry.salvage import StreamGate, parse_arguments, printed_calls, split_reasoning
 from gantry.session import (
     SessionStore,
     collapse_tool_results,
@@ -30,12 +33,15 @@ from gantry.tools import CALLER, Registry, offered
 from gantry.wire.openai import (
     AssistantMessage,
     Completion,
+    FunctionCall,
     Message,
     SystemMessage,
     ToolCall,
     ToolDef,
     ToolMessage,
     UserMessage,
+    encode,
+    new_call_id,
 )
 
 log = logging.getLogger("gantry.agent")
@@ -45,6 +51,14 @@ FOLD_TARGET = 0.75  # trim to 75% of the caps when folding, so folds come in bat
 CAP_NOTE = (
     "[gantry: the tool-call limit for this turn is reached. Answer the user now with what "
     "you have; do not call tools.]"
+)
+NUDGE = (
+    "[gantry: your last reply had no text for the user. Answer the user now, in plain text; "
+    "do not call tools.]"
+)
+NO_ANSWER = (
+    "Sorry — I could not put an answer together this time. Please ask again, perhaps in "
+    "other words."
 )
 SUMMARISE = (
     "You maintain a running summary of a conversation between a user and an assistant. "
@@ -153,6 +167,8 @@ class Agent:
     status_lines: list[Callable[[str], str]] = field(default_factory=list)  # cron
     # memory: the owner's private data, left out of a group chat's /status
     private_status_lines: list[Callable[[str], str]] = field(default_factory=list)
+    zone: tzinfo = UTC  # the user's zone (CRON_TZ): the time footer of every turn is in it
+    clock: Callable[[], float] = time.time  # wall time for the footer (tests fix it)
     started: float = field(default_factory=time.monotonic)
     # session → (lock, turns holding or waiting for it); dropped at zero, so it stays small
     _locks: dict[str, tuple[anyio.Lock, int]] = field(default_factory=dict)
@@ -202,8 +218,9 @@ class Agent:
                 return HELP
             if not msg.scheduled and (unknown := unknown_command(msg.text)) is not None:
                 return unknown
+            due = msg.scheduled_for if msg.scheduled else None
             return await self._turn(msg.session_id, msg.text, stream, shared=msg.group,
-                                    on_answer=msg.on_answer)
+                                    on_answer=msg.on_answer, scheduled_for=due)
         except TurnFailed as exc:
             if msg.scheduled:
                 raise
@@ -257,12 +274,13 @@ class Agent:
 
     async def _turn(
         self, session_id: str, text: str, stream: ReplyStream | None, *, shared: bool = False,
-        on_answer: Callable[[str], None] | None = None,
+        on_answer: Callable[[str], None] | None = None, scheduled_for: float | None = None,
     ) -> str:
         """One turn; `shared` (a group chat, read by others) leaves long-term memory out of
         the prompt and its tools out of the offer, and refuses them if called anyway.
 
-        `on_answer` (the channel's record of the reply) commits with the final answer.
+        `on_answer` (the channel's record of the reply) commits with the final answer;
+        `scheduled_for` (unix seconds) marks a turn the scheduler started, due then.
         """
         from gantry.provider import ProviderError
 
@@ -282,9 +300,13 @@ class Agent:
             log.exception("memory hydration failed; continuing without it")
             memory = ""
         texts = [text, *_earlier_user_texts(history, ROUTING_CONTEXT_TURNS)]
+        # Once per turn, to the minute: every call of the turn sends the same bytes.
+        footer = time_footer(self.clock(), self.zone, scheduled_for)
         new: list[Message] = []
         rounds = resumed or 0
         used: list[str] = []
+        names: list[str] = []  # the tools offered to the latest call that had any
+        last_text = ""  # the newest text that came with a tool round (promoted if need be)
         try:
             if pending:  # a kill -9 cut the last recorded round: finish only what did not
                 results = await self._run_calls(session_id, pending, shared)
@@ -292,21 +314,30 @@ class Agent:
                 used += [c.function.name for c in pending]
             while True:
                 capped = rounds >= self.max_iterations
+                if capped:
+                    log.warning("tool-call limit reached; asking for an answer without tools",
+                                extra={"session": session_id, "rounds": rounds,
+                                       "limit": self.max_iterations})
                 extra: list[Message] = [UserMessage(CAP_NOTE)] if capped else []
                 prompt = assemble(
                     persona=self.persona(),
-                    history=[*history, *new, *extra],
+                    history=[*history, *new],
                     max_messages=self.max_messages,
                     max_tokens=self.max_tokens,
                     memory_block=memory,
                     summary=summary,
+                    footer=footer,
+                    tail=extra,
                 )
                 schemas = None if capped else self._offer(session_id, texts, shared)
-                completion = await self._call(prompt.messages, schemas, stream)
+                if schemas:
+                    names = [s.function.name for s in schemas]
+                completion = await self._call(prompt.messages, schemas, stream, names)
                 if capped or not completion.tool_calls:
-                    final = completion.text.strip() or "(the model returned an empty reply)"
+                    final = completion.text.strip()
                     break
                 rounds += 1
+                last_text = completion.text.strip() or last_text
                 asked = completion.to_message()
                 # Recorded before the calls run, each result as it completes: a restart
                 # resumes this round and re-runs no finished call.
@@ -316,6 +347,8 @@ class Agent:
                 used += [c.function.name for c in completion.tool_calls]
                 if self.router is not None:
                     self.router.used(session_id, [c.function.name for c in completion.tool_calls])
+            if not final:
+                final = await self._no_text(session_id, prompt.messages, names, last_text)
         except ProviderError as exc:
             self._end_routing(session_id)
             log.error(
@@ -380,24 +413,100 @@ class Agent:
         return [m for m in results if m is not None]
 
     async def _call(
-        self, messages: list[Message], tools: list[ToolDef] | None, stream: ReplyStream | None
+        self,
+        messages: list[Message],
+        tools: list[ToolDef] | None,
+        stream: ReplyStream | None,
+        names: list[str],
     ) -> Completion:
+        """One model call, its reply repaired (`_recover`). A streamed reply shows only what
+        can be neither reasoning nor a printed tool call (StreamGate)."""
         from gantry.provider import Done, TextDelta
 
         if stream is None:
-            return await self.model.complete(messages, tools)
+            return self._recover(await self.model.complete(messages, tools), names, tools)
+        gate = StreamGate(names)
         wrote = False
         completion: Completion | None = None
         async for event in self.model.stream(messages, tools):  # type: ignore[attr-defined]
             if isinstance(event, TextDelta):
-                await stream.write(event.text)
-                wrote = True
+                show, restart = gate.feed(event.text)
+                if restart and wrote:  # it was reasoning after all: take it back
+                    await stream.discard()
+                    wrote = False
+                if show:
+                    await stream.write(show)
+                    wrote = True
             elif isinstance(event, Done):
                 completion = event.completion
         assert completion is not None, "a provider stream always ends with Done"
+        completion = self._recover(completion, names, tools)
         if completion.tool_calls and wrote:
             await stream.discard()
         return completion
+
+    def _recover(
+        self, completion: Completion, names: list[str], tools: list[ToolDef] | None
+    ) -> Completion:
+        """What the model meant: reasoning out of the text, a tool call printed in the text
+        made a real call (or, in a call offered no tools, left out), each call's name and
+        arguments repaired when that is unambiguous. docs/models.md lists the formats."""
+        text, thought = split_reasoning(completion.text)
+        calls = list(completion.tool_calls)
+        if not calls and (printed := printed_calls(text, names)) is not None:
+            found, text = printed
+            forms = sorted({p.form for p in found})
+            if tools:
+                calls = [ToolCall(new_call_id(), FunctionCall(p.name, p.arguments)) for p in found]
+                log.info("tool call(s) printed in the reply text; run as calls",
+                         extra={"calls": len(found), "forms": forms})
+            else:
+                log.warning("the answer was a printed tool call, with no tools offered; left out",
+                            extra={"forms": forms})
+        calls = [self._repaired(c) for c in calls]
+        return Completion(
+            text=text,
+            tool_calls=calls,
+            finish_reason="tool_calls" if calls else completion.finish_reason,
+            usage=completion.usage,
+            reasoning=completion.reasoning or thought,
+        )
+
+    def _repaired(self, call: ToolCall) -> ToolCall:
+        """The call with a near-miss name (`-` for `_`) made the tool's and repairable
+        arguments made JSON, so it runs and replays cleanly; anything else stays as sent
+        (the registry answers it with an error the model can act on)."""
+        name = self.tools.resolve(call.function.name) or call.function.name
+        raw = call.function.arguments
+        args, _problem = parse_arguments(raw)
+        fixed = raw
+        if args is not None and not _is_json_object(raw):
+            fixed = encode(args).decode()
+        if name == call.function.name and fixed == raw:
+            return call
+        log.info("tool call repaired", extra={"tool": name, "asked": call.function.name,
+                                              "arguments_repaired": fixed != raw})
+        return ToolCall(call.id, FunctionCall(name, fixed), call.extra_content)
+
+    async def _no_text(
+        self, session_id: str, messages: list[Message], names: list[str], last_text: str
+    ) -> str:
+        """A reply with no text for the user (reasoning only, or empty): the turn's last
+        plain text if a tool round had one, else one short nudge call without tools, else a
+        clear sentence. Never an empty reply."""
+        if last_text:
+            log.info("the reply had no text; the turn's last text is the answer",
+                     extra={"session": session_id})
+            return last_text
+        log.info("the reply had no text; asking once more", extra={"session": session_id})
+        nudged = self._recover(
+            await self.model.complete([*messages, UserMessage(NUDGE)], None), names, None
+        )
+        if nudged.text.strip():
+            return nudged.text.strip()
+        log.warning("the model gave no text for the user; answered with a fallback",
+                    extra={"session": session_id})
+        return NO_ANSWER
 
     # ------------------------------------------------------------------ rolling summary
 
@@ -472,7 +581,7 @@ class Agent:
             if len(history) > 2 * self.max_messages:
                 self.sessions.delete(dropped_ids)
             return
-        text = done.text.strip()[:SUMMARY_MAX_CHARS] or old
+        text = split_reasoning(done.text)[0].strip()[:SUMMARY_MAX_CHARS] or old
         if not self.sessions.fold(session_id, text, dropped_ids):
             log.info("history changed while folding (/new?); fold skipped",
                      extra={"session": session_id})
@@ -481,6 +590,13 @@ class Agent:
             "history folded into summary",
             extra={"session": session_id, "dropped": len(dropped_ids), "summary_chars": len(text)},
         )
+
+
+def _is_json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
 
 
 def model_failed_reply(status: int | None) -> str:

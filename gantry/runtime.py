@@ -244,6 +244,7 @@ async def start_mcp(host: Any, tg: TaskGroup) -> None:
 async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
     from gantry import db, sdnotify
     from gantry.agent import Agent
+    from gantry.cron.tools import zone as user_zone
     from gantry.provider import Provider
     from gantry.session import SessionStore
     from gantry.tls import TLSConfigError, ca_context
@@ -270,6 +271,7 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
         max_iterations=cfg.tool_max_iterations,
         tool_status=mcp_host.status_lines if mcp_host else None,
         router=build_router(cfg, registry, mcp_host),
+        zone=user_zone(cfg.cron_tz),
     )
     channel = build_channel(cfg, conn, tls, agent)
     turns = Turns(settle=agent.sessions.close_open_calls)

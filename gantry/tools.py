@@ -8,7 +8,7 @@ and `offered()` says which of its tools one model call carries (the request, `/s
 
 from __future__ import annotations
 
-import json
+import difflib
 import logging
 import re
 import time
@@ -163,31 +163,49 @@ class Registry:
         chosen = sorted(self._tools) if names is None else sorted(set(names) & set(self._tools))
         return [self._tools[n].schema() for n in chosen if not (shared and self._tools[n].private)]
 
+    def resolve(self, name: str) -> str | None:
+        """The registered name `name` means: itself, or the one tool it equals with `-` and
+        `_` swapped (a server prefix misspelt by a small model); None if none or several."""
+        from gantry.salvage import resolve_name
+
+        return resolve_name(name, self._tools)
+
+    def closest(self, name: str, *, shared: bool = False, count: int = 3) -> list[str]:
+        """The registered names nearest to a name that is none of them, best first: compared
+        with case and `-`/`_` runs folded, so `time_get_current_time` finds
+        `time__get_current_time`."""
+        from gantry.salvage import canonical
+
+        names = [n for n in self.names() if not (shared and self._tools[n].private)]
+        folded: dict[str, str] = {}
+        for n in names:
+            folded.setdefault(canonical(n), n)
+        near = difflib.get_close_matches(canonical(name), list(folded), n=count, cutoff=0.6)
+        return [folded[n] for n in near]
+
     async def call(self, name: str, arguments: str, *, shared: bool = False) -> ToolResult:
         """Run one call; every failure becomes an error result the model can read. In a
         `shared` turn a private tool is refused, not run: hiding it is not enough, since a
         model can call a tool it was not offered."""
-        tool = self._tools.get(name)
+        from gantry.salvage import parse_arguments
+
+        tool = self._tools.get(self.resolve(name) or name)
         if tool is None:
             offered = [n for n in self.names() if not (shared and self._tools[n].private)]
             known = ", ".join(offered[:20]) or "none"
-            return self._error(name, f"unknown tool {name!r}; available tools: {known}")
+            near = self.closest(name, shared=shared)
+            hint = f"did you mean {' or '.join(near)}? " if near else ""
+            return self._error(name, f"unknown tool {name!r}; {hint}available tools: {known}")
+        name = tool.name
         if shared and tool.private:
             return self._error(
                 name,
                 f"{name} is not available in this chat: others read the replies here, and it "
                 "reads or changes the owner's private data (memory). Answer without it.",
             )
-        try:
-            args = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            return self._error(
-                name,
-                f"arguments are not valid JSON ({exc.msg} at char {exc.pos}); "
-                "send a JSON object matching the tool's schema",
-            )
-        if not isinstance(args, dict):
-            return self._error(name, "arguments must be a JSON object")
+        args, problem = parse_arguments(arguments)
+        if args is None:
+            return self._error(name, problem)
         started = time.monotonic()
         try:
             text = await tool.call(args)

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import anyio
 import pytest
@@ -132,13 +133,14 @@ async def make(fake: FakeOpenAI, tmp_path: Path) -> AsyncIterator[Callable[..., 
                             retry=RetryPolicy(max_attempts=1, deadline=5), sleep=no_sleep)
         providers.append(provider)
         registry = Registry()
-        agent = Agent(model=provider, sessions=SessionStore(conn), tools=registry,
-                      persona=lambda: "You are Tim.")
-        turns = Turns()
         clock = env.pop("clock", None) or FakeClock(T0)
+        tz = env.pop("tz", "Europe/Berlin")
+        agent = Agent(model=provider, sessions=SessionStore(conn), tools=registry,
+                      persona=lambda: "You are Tim.", zone=ZoneInfo(tz), clock=clock.now)
+        turns = Turns()
         channel = Recorder()
         cfg = Config(llm_base_url="http://x", llm_api_key="k", llm_model="m", channel="stdio",
-                     cron_tz=env.pop("tz", "Europe/Berlin"), cron_tick_seconds=15, **env)
+                     cron_tz=tz, cron_tick_seconds=15, **env)
         cron = setup(cfg, conn, registry, turns.wrap(agent), channel, clock)
         agent.status_lines.append(cron.status)
         return Rig(fake, clock, channel, agent, cron, turns, conn)
@@ -182,6 +184,10 @@ async def test_model_schedules_then_the_reply_is_pushed(
     assert rig.channel.pushes == [("chat1", "Time to stretch!")]
     synthetic = fake.requests[2].last_user_text
     assert synthetic.startswith("[scheduled job #1, once at ")
+    footer = fake.requests[2].messages[-1]["content"].removeprefix(synthetic)
+    assert "Now: Thursday 2026-03-05 13:05, UTC+01:00 (Europe/Berlin, CET)." in footer
+    assert footer.endswith("started by the scheduler, not typed by the user; it was due "
+                           "Thu 2026-03-05 13:05 UTC+01:00."), footer
     assert synthetic.endswith("\nTell them: stretch!")
     assert rig.rows("SELECT state, sent_parts, reply FROM cron_run") == [
         ("delivered", 1, "Time to stretch!")]

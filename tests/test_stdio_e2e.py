@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
+from gantry.agent import NO_ANSWER, NUDGE
 from gantry.runtime import DRAIN_SECONDS
-from tests.fakes.openai import Call, FakeOpenAI, HTTPError, Reply, ToolCalls
+from tests.fakes.openai import Call, FakeOpenAI, HTTPError, Reply, ToolCalls, without_footer
 from tests.procs import ChildIO
 
 pytestmark = pytest.mark.slow
@@ -156,8 +157,10 @@ def spawn(tmp_path: Path, fake: FakeOpenAI) -> Iterator[Callable[..., Gantry]]:
 
 
 def roles(request_messages: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
-    """(role, content) pairs: the shape of a recorded prompt, for compact assertions."""
-    return [(m["role"], m.get("content")) for m in request_messages]
+    """(role, content) pairs: the shape of a recorded prompt, for compact assertions (the
+    time footer on the turn's user message left off; test_time_block covers it)."""
+    return [(m["role"], without_footer(m["content"]) if m["role"] == "user" else m.get("content"))
+            for m in request_messages]
 
 
 def wait_requests(fake: FakeOpenAI, n: int, timeout: float = WAIT) -> None:
@@ -305,8 +308,7 @@ def test_unknown_tool_call_is_an_error_result_for_the_model(
     assert len(fake.requests) == 2
     assert all(r.stream is stream for r in fake.requests)
     after = fake.requests[1].messages
-    assert after[:2] == [{"role": "system", "content": PERSONA},
-                         {"role": "user", "content": "weather in Oslo?"}]
+    assert roles(after[:2]) == [("system", PERSONA), ("user", "weather in Oslo?")]
     call = after[2]
     assert call["role"] == "assistant"
     assert [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
@@ -345,13 +347,14 @@ def test_tool_round_cap_forces_a_final_answer(
     spawn: Callable[..., Gantry], fake: FakeOpenAI
 ) -> None:
     g = spawn(TOOL_MAX_ITERATIONS="2")
-    fake.push(*[ToolCalls([Call("loop_forever", {"n": i})]) for i in range(3)])
-    g.ask("spin", "(the model returned an empty reply)")
-    assert len(fake.requests) == 3  # two tool rounds, then one capped call
+    fake.push(*[ToolCalls([Call("loop_forever", {"n": i})]) for i in range(4)])
+    g.ask("spin", NO_ANSWER)
+    assert len(fake.requests) == 4  # two tool rounds, one capped call, one nudge
     capped = fake.requests[2].messages
     assert capped[-1]["role"] == "user" and "tool-call limit" in capped[-1]["content"]
-    assert "tools" not in fake.requests[2].body
-    # The fake's third script was still a tool call; the agent must not loop or crash.
+    assert "tools" not in fake.requests[2].body and "tools" not in fake.requests[3].body
+    assert fake.requests[3].messages[-1] == {"role": "user", "content": NUDGE}
+    # The fake kept calling tools with none offered; the agent must not loop or crash.
     assert g.proc.poll() is None
     g.ask("next", "echo: next")
     g.assert_clean()

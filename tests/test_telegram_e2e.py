@@ -519,3 +519,27 @@ def test_kill_after_a_finished_tool_call_resumes_without_rerunning_it(  # type: 
     assert [m["role"] for m in llm.last_request.messages] == ["system", "user", "assistant",
                                                               "tool"]
     assert g2.stop() == 0
+
+
+def test_a_streamed_printed_tool_call_is_never_shown(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run
+) -> None:
+    """STREAM_REPLIES with a model that prints its call (Hermes/Qwen `<tool_call>`, issue 27):
+    the call runs, and no sendMessage or edit ever carries its markup or its reasoning."""
+    from tests.fakes.openai import RawSSE
+
+    tg, llm = fakes
+    body = (Path(__file__).parent / "fixtures" / "smallmodels" / "qwen3_think_then_call.sse")
+    printed = body.read_bytes().replace(b"time__get_current_time", b"cron_list")
+    llm.push(RawSSE(printed, event_delay=0.03), Reply("No jobs are scheduled.", chunk_size=4,
+                                                      chunk_delay=0.05))
+    g = run(STREAM_REPLIES="true")
+    tg.push_text(USER, "any reminders?")
+    wait(lambda: tg.current_texts(USER) == ["No jobs are scheduled."], 90, "the answer")
+    shown = [str(c.params.get("text", "")) for c in tg.calls()
+             if c.method in ("sendMessage", "editMessageText")]
+    assert shown and not any("tool_call" in t or "cron_list" in t or "think" in t or
+                             "The user wants" in t for t in shown), shown
+    tool = next(m for m in llm.requests[1].messages if m["role"] == "tool")
+    assert tool["content"] and not str(tool["content"]).startswith("error:"), tool
+    g.stop()

@@ -13,6 +13,7 @@ from gantry.wire.openai import (
     Completion,
     FunctionCall,
     FunctionDef,
+    StreamAssembler,
     StreamOptions,
     SystemMessage,
     ToolCall,
@@ -227,3 +228,19 @@ def test_malformed_chunk_raises_decode_error() -> None:
 
 def test_completion_to_message_drops_empty_parts() -> None:
     assert _json(Completion(text="hi").to_message()) == {"role": "assistant", "content": "hi"}
+
+
+def test_reasoning_fields_are_kept_apart_from_the_reply() -> None:
+    """DeepSeek/vLLM `reasoning_content` and Ollama/LM Studio `reasoning`: never the text,
+    never replayed."""
+    streamed = StreamAssembler()
+    for delta in ({"reasoning_content": "let me "}, {"reasoning": "think"},
+                  {"content": "It is 10:00."}):
+        streamed.add(decode_chunk(json.dumps({"choices": [{"index": 0, "delta": delta}]})))
+    streamed.add(decode_chunk('{"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}'))
+    done = streamed.result()
+    assert (done.text, done.reasoning) == ("It is 10:00.", "let me think")
+    whole = completion_from_response(decode_response(json.dumps({"choices": [{"message": {
+        "role": "assistant", "content": "It is 10:00.", "reasoning_content": "hmm"}}]})))
+    assert (whole.text, whole.reasoning) == ("It is 10:00.", "hmm")
+    assert b"hmm" not in encode(whole.to_message())

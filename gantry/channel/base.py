@@ -72,6 +72,8 @@ class Inbound(msgspec.Struct, frozen=True):
     inside the SQLite transaction that adds that answer to the history, so a kill can never
     leave one without the other (a redelivered message would otherwise run its turn again).
     It must write through the agent's connection, and only write."""
+    scheduled_for: float | None = None
+    """A scheduled message's due time (unix seconds): the prompt's time block names it."""
 
     @property
     def session_id(self) -> str:

@@ -203,7 +203,8 @@ class Ticker:
                     self.store.set_reply(run_id, answer, is_silent(answer), self.clock.now())
 
                 msg = Inbound(channel=self.channel, chat_id=chat, user_id=USER_ID,
-                              text=synthetic_text(run), scheduled=True, on_answer=record)
+                              text=synthetic_text(run), scheduled=True, on_answer=record,
+                              scheduled_for=run.due_at)
                 try:
                     reply = await self.respond(msg, None)
                 except TurnAborted:

@@ -47,6 +47,7 @@ __all__ = [
     "decode_response",
     "encode",
     "encode_request",
+    "new_call_id",
 ]
 
 # --------------------------------------------------------------------------- request side
@@ -174,11 +175,15 @@ class ToolCallDelta(msgspec.Struct):
 
 
 class ResponseMessage(msgspec.Struct):
-    """`choices[].message` of a non-streamed reply."""
+    """`choices[].message` of a non-streamed reply. Reasoning comes apart from the content
+    as `reasoning_content` (DeepSeek, vLLM, llama.cpp) or `reasoning` (Ollama, vLLM, LM
+    Studio); it is kept out of the reply and the history."""
 
     role: str | None = None
     content: str | list[Any] | None = None
     tool_calls: list[ToolCallDelta] | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
 
 class Choice(msgspec.Struct):
@@ -200,11 +205,13 @@ class ChatResponse(msgspec.Struct):
 
 
 class Delta(msgspec.Struct):
-    """`choices[].delta` of a stream chunk."""
+    """`choices[].delta` of a stream chunk (reasoning fields as in ResponseMessage)."""
 
     role: str | None = None
     content: str | list[Any] | None = None
     tool_calls: list[ToolCallDelta] | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
 
 class ChunkChoice(msgspec.Struct):
@@ -229,13 +236,15 @@ class Completion(msgspec.Struct):
     """One assembled assistant turn, the same whether it was streamed or not.
 
     Branch on `tool_calls`, not `finish_reason`: Gemini streams tool calls with "stop".
-    `finish_reason` is normalised to "tool_calls" when calls are present.
+    `finish_reason` is normalised to "tool_calls" when calls are present. `reasoning` (sent
+    apart from the content) is never replayed: `to_message` leaves it out.
     """
 
     text: str = ""
     tool_calls: list[ToolCall] = []
     finish_reason: str | None = None
     usage: Usage | None = None
+    reasoning: str = ""
 
     def to_message(self) -> AssistantMessage:
         """The history entry for this turn (keeps tool-call metadata for replay)."""
@@ -401,7 +410,8 @@ def _merge(into: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _new_call_id() -> str:
+def new_call_id() -> str:
+    """A call id for a call that came without one (or was printed as text)."""
     return "call_" + uuid.uuid4().hex[:24]
 
 
@@ -463,7 +473,7 @@ class ToolCallAssembler:
                 continue  # metadata-only noise with nothing to call
             calls.append(
                 ToolCall(
-                    id=slot.id or _new_call_id(),
+                    id=slot.id or new_call_id(),
                     function=FunctionCall(name=slot.name, arguments=slot.args.strip() or "{}"),
                     extra_content=slot.extra,
                 )
@@ -482,6 +492,7 @@ class StreamAssembler:
 
     def __init__(self) -> None:
         self._text: list[str] = []
+        self._reasoning: list[str] = []
         self._calls = ToolCallAssembler()
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
@@ -509,6 +520,9 @@ class StreamAssembler:
                 text = content_text(delta.content)
                 if text:
                     added.append(text)
+                thought = delta.reasoning_content or delta.reasoning
+                if thought:
+                    self._reasoning.append(thought)
                 for frag in delta.tool_calls or ():
                     self._calls.add(frag)
             if choice.finish_reason:
@@ -526,6 +540,7 @@ class StreamAssembler:
             tool_calls=calls,
             finish_reason=_finish(self.finish_reason, calls),
             usage=self.usage,
+            reasoning="".join(self._reasoning),
         )
 
 
@@ -552,4 +567,5 @@ def completion_from_response(response: ChatResponse) -> Completion:
         tool_calls=calls,
         finish_reason=_finish(choice.finish_reason, calls),
         usage=response.usage,
+        reasoning=message.reasoning_content or message.reasoning or "",
     )

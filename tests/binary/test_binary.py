@@ -280,6 +280,27 @@ def test_run_answers_over_stdio_and_is_healthy(
     assert KEY not in run.stderr
 
 
+def test_every_turn_carries_the_local_time_from_the_image_tzdata(
+    sandbox: Sandbox, start: Any, fake_openai: Any
+) -> None:
+    """The time footer inside the binary: CRON_TZ read from the image's tzdata, the offset
+    and abbreviation of that zone, the calendar dates; the echo shows only the user's words."""
+    data = sandbox.new_data_dir("data-time")
+    run = start(_run_env(fake_openai.base_url, CRON_TZ="America/Los_Angeles"), data=data)
+    run.send("what's on tomorrow?")
+    run.expect("echo: what's on tomorrow?\n")
+    content = fake_openai.last_request.messages[-1]["content"]
+    assert content.startswith("what's on tomorrow?\n\n[gantry context, not from the user] Now: ")
+    found = re.search(r"Now: \w+day (\d{4}-\d\d-\d\d) \d\d:\d\d, UTC(-0[78]):00 "
+                      r"\(America/Los_Angeles, (P[SD]T)\)\.", content)
+    assert found, content
+    assert (found[2], found[3]) in (("-08", "PST"), ("-07", "PDT")), content
+    assert "Tomorrow: " in content and " (today)" in content and "Next week: Mon " in content
+    run.close_stdin()
+    assert run.wait(STOP_WAIT) == 0, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr
+
+
 def test_cron_job_fires_in_the_frozen_binary(
     sandbox: Sandbox, start: Any, fake_openai: Any
 ) -> None:

@@ -51,7 +51,9 @@ __all__ = [
     "Script",
     "ToolCalls",
     "UseTool",
+    "WhenOffered",
     "rate_limited",
+    "without_footer",
 ]
 
 
@@ -159,6 +161,7 @@ class RawSSE:
     pieces: Sequence[int] = ()
     content_type: str = "text/event-stream"
     delay: float = 0.0
+    event_delay: float = 0.0  # > 0: the body is sent one SSE event at a time, this far apart
 
 
 @dataclass(frozen=True)
@@ -178,8 +181,20 @@ class BadGzip:
     delay: float = 0.0
 
 
-Script = (Reply | Echo | ToolCalls | UseTool | HTTPError | CutStream | Malformed | RawSSE
-          | CutJSON | BadGzip)
+@dataclass(frozen=True)
+class WhenOffered:
+    """`calls` while the request offers tools, else `otherwise`: a model that never stops
+    calling tools until they are withheld."""
+
+    calls: ToolCalls
+    otherwise: Reply
+    delay: float = 0.0
+
+
+Script = (
+    WhenOffered | Reply | Echo | ToolCalls | UseTool | HTTPError | CutStream | Malformed | RawSSE
+    | CutJSON | BadGzip
+)
 
 
 @dataclass
@@ -202,10 +217,19 @@ class RecordedRequest:
 
     @property
     def last_user_text(self) -> str:
+        """The newest user message as the user wrote it: gantry's time footer left off."""
         for message in reversed(self.messages):
             if message.get("role") == "user":
-                return _text(message.get("content"))
+                return without_footer(_text(message.get("content")))
         return ""
+
+
+TIME_MARK = "\n\n[gantry context, not from the user]"  # gantry.prompt.TIME_MARK
+
+
+def without_footer(text: str) -> str:
+    """A user message without the time block gantry appends to the turn's message."""
+    return text.split(TIME_MARK, 1)[0]
 
 
 def _text(content: Any) -> str:
@@ -388,6 +412,8 @@ class FakeOpenAI(LoopbackServer):
             include_usage=bool(stream_options.get("include_usage")),
             prompt_chars=len(json.dumps(body.get("messages", []))),
         )
+        if isinstance(script, WhenOffered):
+            script = script.calls if body.get("tools") else script.otherwise
         if isinstance(script, Echo):
             script = Reply(f"echo: {recorded.last_user_text}", chunk_size=script.chunk_size)
         if isinstance(script, UseTool):
@@ -492,6 +518,12 @@ async def _raw(request: web.Request, script: RawSSE) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": script.content_type})
     await response.prepare(request)
     body, offset = script.body, 0
+    if script.event_delay:
+        for event in body.split(b"\n\n"):
+            await response.write(event + b"\n\n")
+            await asyncio.sleep(script.event_delay)
+        await response.write_eof()
+        return response
     for size in script.pieces:
         await response.write(body[offset : offset + size])
         offset += size

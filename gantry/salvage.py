@@ -1,0 +1,421 @@
+"""Recovering what small local models get wrong about tool calls (pure functions).
+
+Local models served through Ollama, llama.cpp, vLLM or LM Studio often print a tool call in
+the reply text instead of sending `tool_calls` (when the server's parser does not recognise
+their chat template's format), wrap their reasoning in `<think>` tags, or send arguments
+that are almost JSON. These functions turn that back into what the model meant, so the user
+never reads it. docs/models.md has the table of formats.
+
+Deciding what is a call: text in one of the chat templates' tool-call markups
+(`<tool_call>`, `<|python_tag|>`, `[TOOL_CALLS]`, `<function=…>`) is a call wherever it
+stands. Plain JSON is a call only when it is the whole reply (bare or in one fenced block)
+and every object in it names a tool that was offered: a reply that merely contains JSON,
+or JSON whose "name" is no offered tool, is an answer.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import re
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "Printed",
+    "StreamGate",
+    "canonical",
+    "parse_arguments",
+    "printed_calls",
+    "resolve_name",
+    "split_reasoning",
+]
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+_THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
+_HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL)
+_LLAMA_FN = re.compile(r"<function=([A-Za-z0-9_.-]+)>\s*(.*?)\s*(?:</function>|\Z)", re.DOTALL)
+_MISTRAL_V11 = re.compile(
+    r"\[TOOL_CALLS\]\s*([A-Za-z0-9_.-]+)\s*(?:\[CALL_ID\]\s*[A-Za-z0-9_-]*\s*)?\[ARGS\]"
+)
+_FENCE = re.compile(r"\A```[ \t]*([A-Za-z_-]*)[ \t]*\n(.*?)\n?```\Z", re.DOTALL)
+_FENCE_LANGS = frozenset({"", "json", "tool_call", "tool_code", "tool", "function"})
+_LLAMA_END = ("<|eom_id|>", "<|eot_id|>")
+MARKERS = ("<tool_call>", "<|python_tag|>", "[TOOL_CALLS]", "<function=")
+_SEPARATORS = " \t\r\n;,"
+
+
+@dataclass(frozen=True)
+class Printed:
+    """A tool call recovered from text: `arguments` is JSON text (repaired later if need be),
+    `form` names the format it was printed in (for the log and the docs' table)."""
+
+    name: str
+    arguments: str
+    form: str
+
+
+def canonical(name: str) -> str:
+    """A tool name with `-` and `_` runs folded and case ignored: how near-miss names compare."""
+    return re.sub(r"[-_]+", "_", name.lower())
+
+
+def resolve_name(name: str, names: Collection[str]) -> str | None:
+    """`name` if offered; else the one offered tool it equals with `-` and `_` swapped (a
+    server prefix written `my_server` for `my-server`); None when none or several match."""
+    if name in names:
+        return name
+    swapped = [n for n in names if n.replace("-", "_") == name.replace("-", "_")]
+    return swapped[0] if len(swapped) == 1 else None
+
+
+# ----------------------------------------------------------------------------- reasoning
+
+
+def split_reasoning(text: str) -> tuple[str, str]:
+    """(reply, reasoning): `<think>…</think>` blocks taken out of the text. An unclosed
+    `<think>` runs to the end (the reply was cut during it); a `</think>` with no opening tag
+    ends reasoning that began with the reply (DeepSeek-R1's template opens the tag itself)."""
+    if THINK_OPEN not in text and THINK_CLOSE not in text:
+        return text, ""
+    reasoning: list[str] = []
+    head, sep, rest = text.partition(THINK_CLOSE)
+    if sep and THINK_OPEN not in head:
+        reasoning.append(head)
+        text = rest
+    for found in _THINK.findall(text):
+        reasoning.append(found.removeprefix(THINK_OPEN).removesuffix(THINK_CLOSE))
+    reply = _THINK.sub("", text).replace(THINK_CLOSE, "")
+    return reply.strip(), "\n".join(r.strip() for r in reasoning).strip()
+
+
+# ----------------------------------------------------------------------------- printed calls
+
+
+def _json_values(text: str) -> list[Any] | None:
+    """Every JSON value in `text`, which holds nothing else but separators; else None."""
+    decoder = json.JSONDecoder()
+    values: list[Any] = []
+    i, n = 0, len(text)
+    while True:
+        while i < n and text[i] in _SEPARATORS:
+            i += 1
+        if i >= n:
+            return values or None
+        try:
+            value, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            return None
+        values.append(value)
+
+
+def _loose_values(text: str) -> list[Any] | None:
+    """JSON values, or one Python-literal dict (Hermes 2 Pro's prompt shows the call as
+    `{'arguments': <args-dict>, 'name': <function-name>}`, and models copy the quotes)."""
+    values = _json_values(text)
+    if values is not None:
+        return values
+    repaired = _repaired(text.strip())
+    return [repaired] if repaired is not None else None
+
+
+def _as_call(obj: Any, form: str) -> Printed | None:
+    """A call-shaped object: {"name", "arguments"|"parameters"}, or that inside "function"."""
+    if not isinstance(obj, dict):
+        return None
+    inner = obj.get("function")
+    if isinstance(inner, dict) and "name" in inner:
+        obj = inner
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    keys = set(obj) - {"name", "id", "type"}
+    if not keys <= {"arguments", "parameters"}:
+        return None  # an object that has a "name" among other fields is data, not a call
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, dict):
+        text = json.dumps(args, ensure_ascii=False)
+    elif isinstance(args, str):
+        text = args
+    else:
+        return None
+    return Printed(name, text, form)
+
+
+def _calls(values: Iterable[Any], form: str) -> list[Printed] | None:
+    out: list[Printed] = []
+    for value in values:
+        for item in value if isinstance(value, list) else [value]:
+            call = _as_call(item, form)
+            if call is None:
+                return None
+            out.append(call)
+    return out or None
+
+
+def _pythonic(text: str, form: str) -> list[Printed] | None:
+    """`[name(a=1, b="x"), other()]` or `name.call(query="…")`: literal keyword arguments
+    only, read with `ast` (never evaluated)."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+    nodes = tree.elts if isinstance(tree, ast.List) else [tree]
+    out: list[Printed] = []
+    for node in nodes:
+        if not isinstance(node, ast.Call) or node.args:
+            return None
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "call":
+            func = func.value  # Llama 3.1's built-in tool form: brave_search.call(query=...)
+        if not isinstance(func, ast.Name):
+            return None
+        args: dict[str, Any] = {}
+        for kw in node.keywords:
+            if kw.arg is None:
+                return None
+            try:
+                args[kw.arg] = ast.literal_eval(kw.value)
+            except ValueError:
+                return None
+        try:
+            out.append(Printed(func.id, json.dumps(args, ensure_ascii=False), form))
+        except (TypeError, ValueError):
+            return None
+    return out or None
+
+
+def _marked(text: str) -> tuple[list[Printed], str] | None:
+    """Calls in a chat template's tool-call markup, and the text before the first of them."""
+    at = min((i for m in MARKERS if (i := text.find(m)) >= 0), default=-1)
+    if at < 0:
+        return None
+    before, body = text[:at].strip(), text[at:]
+    calls: list[Printed] | None = None
+    if body.startswith("<tool_call>"):  # Hermes 2 Pro, Qwen 2.5/3, many fine-tunes
+        found: list[Printed] = []
+        for block in _HERMES.findall(body):
+            got = _calls(_loose_values(block) or [None], "hermes")
+            if got is None:
+                return None
+            found += got
+        calls = found or None
+    elif body.startswith("<|python_tag|>"):  # Llama 3.1/3.2/3.3
+        rest = body.removeprefix("<|python_tag|>")
+        for end in _LLAMA_END:
+            rest = rest.split(end, 1)[0]
+        values = _json_values(rest)
+        calls = _calls(values, "llama-json") if values else _pythonic(rest, "llama-builtin")
+    elif body.startswith("<function="):  # Llama 3.1's documented custom-tool format
+        found = []
+        for name, args in _LLAMA_FN.findall(body):
+            found.append(Printed(name, args or "{}", "llama-function"))
+        calls = found or None
+    elif _MISTRAL_V11.match(body):  # Mistral tokenizer v11+: [TOOL_CALLS]name[ARGS]{...}
+        found = []
+        for part in body.split("[TOOL_CALLS]")[1:]:
+            m = _MISTRAL_V11.match("[TOOL_CALLS]" + part)
+            if m is None:
+                return None
+            args = part[m.end() - len("[TOOL_CALLS]") :].strip()
+            values = _json_values(args)
+            found.append(Printed(m[1], json.dumps(values[0]) if values else args, "mistral"))
+        calls = found or None
+    else:  # Mistral v3: [TOOL_CALLS] [{"name": ..., "arguments": {...}}]
+        values = _json_values(body.removeprefix("[TOOL_CALLS]").split("</s>", 1)[0])
+        calls = _calls(values, "mistral") if values else None
+    return (calls, before) if calls else None
+
+
+def printed_calls(text: str, names: Collection[str]) -> tuple[list[Printed], str] | None:
+    """The tool calls printed in a reply, and the text to keep as the call's preamble; None
+    when the reply is an answer. `names` are the tools offered to this call: bare JSON and
+    Python-call forms must name only those (after `resolve_name`)."""
+    if not names or not text:
+        return None
+    marked = _marked(text)
+    if marked is not None:
+        return marked
+    body = text.strip()
+    fence = _FENCE.match(body)
+    if fence is not None:
+        if fence[1].lower() not in _FENCE_LANGS:
+            return None
+        body = fence[2].strip()
+    if not body or (body[0] not in "{[" and "(" not in body):
+        return None
+    values = _json_values(body)
+    calls = _calls(values, "fenced-json" if fence else "bare-json") if values else None
+    if calls is None and values is None:
+        calls = _pythonic(body, "pythonic")
+    if calls is None or any(resolve_name(c.name, names) is None for c in calls):
+        return None
+    return calls, ""
+
+
+# ----------------------------------------------------------------------------- arguments
+
+
+def _fenced(raw: str) -> str:
+    m = _FENCE.match(raw.strip())
+    return m[2] if m else raw
+
+
+def parse_arguments(raw: str) -> tuple[dict[str, Any] | None, str]:
+    """(arguments, "") or (None, an error for the model). Repairs what is unambiguous: a
+    fenced block, text after one complete object, single quotes and Python literals, a JSON
+    string that holds the object. Anything else is refused quoting the parse error."""
+    text = _fenced(raw).strip()
+    if not text:
+        return {}, ""
+    try:
+        value: Any = json.loads(text)
+    except json.JSONDecodeError as exc:
+        value = _repaired(text)
+        if value is None:
+            shown = raw if len(raw) <= 200 else raw[:199] + "…"
+            return None, (
+                f"arguments are not valid JSON ({exc.msg} at char {exc.pos}) in {shown!r}; "
+                "send one JSON object matching the tool's schema"
+            )
+    if isinstance(value, str):  # a JSON string holding the JSON object
+        with contextlib.suppress(json.JSONDecodeError):
+            value = json.loads(value)
+    if not isinstance(value, dict):
+        return None, f"arguments must be a JSON object, not {type(value).__name__}"
+    return value, ""
+
+
+def _repaired(text: str) -> dict[str, Any] | None:
+    try:  # one complete object, then text that is no second JSON value
+        value, end = json.JSONDecoder().raw_decode(text)
+    except json.JSONDecodeError:
+        value, end = None, 0
+    if isinstance(value, dict):
+        rest = text[end:].strip()
+        if not rest or _json_values(rest) is None:
+            return value
+        return None
+    try:  # {'a': 'b', 'c': True}
+        literal = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not isinstance(literal, dict) or not all(isinstance(k, str) for k in literal):
+        return None
+    try:
+        decoded: dict[str, Any] = json.loads(json.dumps(literal))
+    except (TypeError, ValueError):
+        return None
+    return decoded
+
+
+# ----------------------------------------------------------------------------- streaming
+
+HOLD_MAX = 2_000  # chars held back at most while undecided, then shown anyway
+_LONGEST = max(len(m) for m in (*MARKERS, THINK_OPEN))
+_CALL_KEYS = frozenset({"name", "function", "type", "id"})
+_FIRST_KEY = re.compile(r'\A\[?\s*\{\s*"([^"\\]*)"\s*:\s*(?:"([^"\\]*)(")?)?')
+_PARTIAL_KEY = re.compile(r'\[?\s*(\{\s*("[^"\\]*("\s*(:\s*"?[^"\\]*)?)?)?)?')
+_PY_NAME = re.compile(r"\A([A-Za-z_][A-Za-z0-9_.-]*)\s*(\()?")
+
+
+class StreamGate:
+    """Decides, as a streamed reply grows, how much of it may be shown: never reasoning,
+    never a printed tool call. Text that could still turn out to be a call is held back, at
+    most HOLD_MAX chars; the caller takes back what was shown if the end says otherwise."""
+
+    def __init__(self, names: Collection[str]) -> None:
+        self.names = names
+        self.text = ""
+        self._out = ""
+        self._prose = False  # the reply's start was decided: no printed call (stays so)
+        self._cut: int | None = None  # where a marker or <think> stopped the shown text
+
+    def feed(self, delta: str) -> tuple[str, bool]:
+        """Add streamed text: (what may be shown now, whether what was shown so far must be
+        taken back first — it was reasoning whose opening tag the template sent)."""
+        self.text += delta
+        if THINK_CLOSE in delta or THINK_CLOSE in self.text[-len(delta) - 8 :]:
+            self._prose, self._cut = False, None  # reasoning ended: decide afresh after it
+        safe = self._safe()
+        restart = bool(self._out) and not safe.startswith(self._out)
+        if restart:
+            self._out = ""
+        if len(safe) <= len(self._out):
+            return "", restart
+        out, self._out = safe[len(self._out) :], safe
+        return out, restart
+
+    def _visible(self) -> str:
+        """The text after any leading reasoning blocks."""
+        text = self.text
+        while THINK_CLOSE in text:
+            head, _, rest = text.partition(THINK_CLOSE)
+            if THINK_OPEN in head and not head.lstrip().startswith(THINK_OPEN):
+                return text
+            text = rest
+        return text
+
+    def _safe(self) -> str:
+        """The longest prefix of the visible text that cannot become a call or reasoning."""
+        text = self._visible()
+        if self._cut is not None:
+            return text[: self._cut]
+        body = text.lstrip()
+        lead = len(text) - len(body)
+        if not body:
+            return ""
+        if not self._prose:
+            for marker in (*MARKERS, THINK_OPEN):
+                if body.startswith(marker) or marker.startswith(body):
+                    return ""
+            if len(body) < HOLD_MAX and self._maybe_call(body):
+                return ""
+            self._prose = True
+        start = max(0, len(self._out) - lead - _LONGEST)  # earlier text was scanned already
+        found = [i for m in (*MARKERS, THINK_OPEN) if (i := body.find(m, start)) >= 0]
+        if found:
+            self._cut = lead + min(found)
+            return text[: self._cut]
+        tail = body[-_LONGEST:]
+        at = max(tail.rfind("<"), tail.rfind("["))
+        if at >= 0 and any(m.startswith(tail[at:]) for m in (*MARKERS, THINK_OPEN)):
+            return text[: lead + len(body) - len(tail) + at]  # a marker may be starting
+        return text
+
+    def _maybe_call(self, body: str) -> bool:
+        """Whether `body` (the reply so far) could still be a printed call."""
+        if body.startswith("```"):
+            first, nl, rest = body.partition("\n")
+            if not nl:
+                return True
+            if first[3:].strip().lower() not in _FENCE_LANGS:
+                return False
+            body = rest.lstrip()
+            if not body:
+                return True
+        if body[0] in "{[":
+            m = _FIRST_KEY.match(body)
+            if m is None:  # the first key is not complete yet, or this is no call object
+                return bool(_PARTIAL_KEY.fullmatch(body)) or (
+                    body[0] == "[" and self._maybe_pythonic(body[1:].lstrip()))
+            key, value, closed = m[1], m[2], m[3]
+            if key not in _CALL_KEYS:
+                return False
+            if key == "name" and closed:
+                return resolve_name(value or "", self.names) is not None
+            return True
+        return self._maybe_pythonic(body)
+
+    def _maybe_pythonic(self, body: str) -> bool:
+        m = _PY_NAME.match(body)
+        if m is None:
+            return not body  # "[" alone: still open
+        name = m[1].removesuffix(".call")
+        if m[2]:
+            return resolve_name(name, self.names) is not None
+        if m.end() < len(body):
+            return False  # the word ended without a "(": prose
+        return any(n.startswith(name) for n in self.names)
