@@ -185,11 +185,12 @@ async def echo(msg: Inbound, stream: Any) -> str:
 
 @contextlib.asynccontextmanager
 async def running(
-    tg: FakeTelegram, path: Path, respond: Respond = echo, **kw: Any
+    tg: FakeTelegram, path: Path, respond: Respond = echo, users: tuple[int, ...] = (USER,),
+    conn: Any = None, **kw: Any,
 ) -> AsyncIterator[TelegramChannel]:
     """serve() in a task group; the test fails if it ever returns or raises on its own."""
-    ch = TelegramChannel(TOKEN, (USER,), db.connect(path), api_url=tg.base_url,
-                         poll_timeout=1, **kw)
+    ch = TelegramChannel(TOKEN, users, db.connect(path) if conn is None else conn,
+                         api_url=tg.base_url, poll_timeout=1, **kw)
     ended: list[BaseException | None] = []
     ready = anyio.Event()
 
