@@ -519,3 +519,34 @@ def test_kill_after_a_finished_tool_call_resumes_without_rerunning_it(  # type: 
     assert [m["role"] for m in llm.last_request.messages] == ["system", "user", "assistant",
                                                               "tool"]
     assert g2.stop() == 0
+
+
+def test_slash_stop_ends_a_30_s_model_call_and_the_next_message_is_answered(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run
+) -> None:
+    """Issue 27: /stop during a 30 s model call ends the turn with one short reply long
+    before the call would end (the waits are bounded well below 30 s), the message sent
+    meanwhile is answered next, and after a restart the stopped message is not run again."""
+    tg, llm = fakes
+    llm.push(Reply("too late", delay=30.0))
+    g = run()
+    tg.push_text(USER, "think hard")
+    wait(lambda: len(llm.requests) >= 1, 90, "the slow model call")
+    tg.push_text(USER, "meanwhile")
+    t0 = time.monotonic()
+    tg.push_text(USER, "/stop")
+    assert tg.wait_sent_sync(USER, 1, timeout=15) == ["Stopped."]
+    latency = time.monotonic() - t0
+    print(f"\n/stop → 'Stopped.' in {latency * 1000:.0f} ms (the model call: 30 s)")
+    assert tg.wait_sent_sync(USER, 2, timeout=15) == ["Stopped.", "echo: meanwhile"]
+    wait(lambda: states(g.env["DATA_DIR"]) == {
+        "think hard": "answered", "meanwhile": "answered", "/stop": "answered"}, 15, "done")
+    assert g.stop() == 0
+    assert "turn stopped by the user" in g.stderr
+    no_secrets(g)
+    g2 = run()
+    tg.push_text(USER, "/cancel")
+    assert tg.wait_sent_sync(USER, 3, timeout=90)[2] == (
+        "Nothing to stop: no reply is being written.")
+    assert len(llm.requests) == 2 and g2.stop() == 0
+    assert len(tg.sent(USER)) == 3
