@@ -239,6 +239,23 @@ def test_ctrl_c_stops_a_slow_turn_at_once_and_the_session_lives_on(
     assert messages[-1] == "gantry stopped"
 
 
+def test_typed_stop_does_what_ctrl_c_does(repl: Callable[..., Repl], fake: FakeOpenAI) -> None:
+    r = repl(CRON_ENABLED="false")
+    r.expect("> ")
+    r.type("/stop\r")
+    r.expect("Nothing to stop: no reply is being written.\n> ")
+    fake.push(Reply("never arrives", delay=60.0))
+    r.type("take your time\r")
+    wait_requests(fake, 1)
+    r.type("/cancel\r")
+    r.expect("(stopped)\n> ")
+    r.type("next\r")
+    r.expect("echo: next\n> ")
+    assert len(fake.requests) == 2
+    r.type("\x04")
+    assert r.wait_exit() == 0
+
+
 def test_ctrl_c_clears_a_typed_line_before_it_exits(
     repl: Callable[..., Repl], fake: FakeOpenAI
 ) -> None:

@@ -27,7 +27,7 @@ from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
 from tests.fakes.telegram import FakeTelegram
 from tests.test_telegram import TOKEN, USER, quick, running, settle, states  # noqa: F401
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("quick")]  # quick backoff
 
 SLOW = 30.0  # the model call a /stop cuts; every test here ends long before it would
 BOUND = 15.0  # what a test may take, start-up included
@@ -90,7 +90,7 @@ async def requests(llm: FakeOpenAI, count: int) -> None:
 
 
 async def test_stop_cuts_a_slow_model_call_and_the_next_message_is_answered(
-    tmp_path: Path, quick: None
+    tmp_path: Path
 ) -> None:
     """/stop is handled out of band: not queued behind the running turn nor the message that
     arrived during it, which is answered next. The stopped message is finished (never run
@@ -121,7 +121,7 @@ async def test_stop_cuts_a_slow_model_call_and_the_next_message_is_answered(
 
 
 async def test_stop_during_a_tool_call_lets_it_finish_and_runs_nothing_after(
-    tmp_path: Path, quick: None
+    tmp_path: Path
 ) -> None:
     """The tool call (it may have side effects) is not cut: it finishes and its result is
     recorded, then the turn ends before the next model call. The stop is on record the
@@ -151,7 +151,7 @@ async def test_stop_during_a_tool_call_lets_it_finish_and_runs_nothing_after(
 
 
 async def test_stop_with_nothing_running_says_so_and_stops_nothing_later(
-    tmp_path: Path, quick: None
+    tmp_path: Path
 ) -> None:
     with anyio.fail_after(BOUND):
         async with stack(tmp_path) as (tg, _llm, ch, _work, _sessions):
@@ -165,7 +165,7 @@ async def test_stop_with_nothing_running_says_so_and_stops_nothing_later(
 
 
 async def test_a_turn_whose_answer_is_recorded_is_not_stopped(
-    tmp_path: Path, quick: None
+    tmp_path: Path
 ) -> None:
     """Past its final answer a turn is not affected: /stop says there is nothing to stop
     and the answer is delivered."""
@@ -181,16 +181,16 @@ async def test_a_turn_whose_answer_is_recorded_is_not_stopped(
 
     respond = Turns().wrap(answering)
     with anyio.fail_after(BOUND):
-        async with FakeTelegram(token=TOKEN) as tg:
-            async with running(tg, tmp_path / "g.db", respond) as ch, released(finish):
-                tg.push_text(USER, "question")
-                await recorded.wait()
-                tg.push_text(USER, "/stop")
-                assert await tg.wait_sent(USER, 1, timeout=BOUND) == [NOTHING_TO_STOP]
-                finish.set()
-                assert await tg.wait_sent(USER, 2, timeout=BOUND) == [NOTHING_TO_STOP,
-                                                                       "the answer"]
-                await settle(tg, ch, ["question", "/stop"])
+        async with FakeTelegram(token=TOKEN) as tg, running(
+                tg, tmp_path / "g.db", respond) as ch, released(finish):
+            tg.push_text(USER, "question")
+            await recorded.wait()
+            tg.push_text(USER, "/stop")
+            assert await tg.wait_sent(USER, 1, timeout=BOUND) == [NOTHING_TO_STOP]
+            finish.set()
+            assert await tg.wait_sent(USER, 2, timeout=BOUND) == [NOTHING_TO_STOP,
+                                                                   "the answer"]
+            await settle(tg, ch, ["question", "/stop"])
 
 
 GROUP = -1001
@@ -198,7 +198,7 @@ OTHER = 5151
 
 
 async def test_stop_stops_only_its_own_chat_and_any_allowed_member_may_stop(
-    tmp_path: Path, quick: None
+    tmp_path: Path
 ) -> None:
     """A /stop in one chat leaves another chat's turn alone. In a group, any allowlisted
     member may stop the running turn, not only its sender (a stranger's /stop is dropped
