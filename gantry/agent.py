@@ -30,6 +30,7 @@ from gantry.session import (
     render_for_summary,
 )
 from gantry.tools import CALLER, Registry, offered
+from gantry.turns import tool_call
 from gantry.wire.openai import (
     AssistantMessage,
     Completion,
@@ -69,7 +70,8 @@ SUMMARISE = (
 TURN_FAILED = "Sorry — something went wrong while answering. Please try again."
 HELP = (
     "Commands:\n/new — start a new conversation (memory is kept)\n"
-    "/status — uptime, model, history size, tools\n/help — this text"
+    "/status — uptime, model, history size, tools\n"
+    "/stop — stop the reply being written (also /cancel)\n/help — this text"
 )
 
 
@@ -400,12 +402,13 @@ class Agent:
         results: list[Message | None] = [None] * len(calls)
 
         async def one(i: int, call: ToolCall) -> None:
-            result = await self.tools.call(
-                call.function.name, call.function.arguments, shared=shared
-            )
-            message = ToolMessage(tool_call_id=call.id, content=result.text)
-            self.sessions.append(session_id, [message])
-            results[i] = message
+            with tool_call():  # a user's stop waits for the call and its record
+                result = await self.tools.call(
+                    call.function.name, call.function.arguments, shared=shared
+                )
+                message = ToolMessage(tool_call_id=call.id, content=result.text)
+                self.sessions.append(session_id, [message])
+                results[i] = message
 
         async with anyio.create_task_group() as tg:
             for i, call in enumerate(calls):

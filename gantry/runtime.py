@@ -12,8 +12,8 @@ import os
 import signal
 import ssl
 import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -21,6 +21,7 @@ from anyio.abc import TaskGroup
 
 from gantry import __version__
 from gantry.config import Config
+from gantry.turns import Turns
 
 log = logging.getLogger("gantry.run")
 
@@ -48,70 +49,6 @@ class PersonaHolder:
 
     def __call__(self) -> str:
         return self.text
-
-
-@dataclass
-class Turns:
-    """Shields in-flight turns from the receive-side cancellation, so they can drain.
-
-    Once closing, no new turn starts; a turn cut at the drain deadline raises TurnAborted
-    so the channel leaves its message pending rather than answering it. A turn the user
-    stops (`Shielded.stop`) raises TurnStopped after `settle(session_id)` has closed it.
-    """
-
-    scopes: set[anyio.CancelScope] = field(default_factory=set)
-    closing: bool = False
-    settle: Callable[[str], object] | None = None
-
-    def wrap(self, respond: Any) -> Shielded:
-        return Shielded(self, respond)
-
-    def cancel_all(self) -> None:
-        for scope in list(self.scopes):
-            scope.cancel()
-
-
-class Shielded:
-    """`respond` with each turn in a shielded scope of `turns`; stoppable turn by turn."""
-
-    def __init__(self, turns: Turns, respond: Any) -> None:
-        self.turns = turns
-        self.respond = respond
-        self._running: dict[int, anyio.CancelScope] = {}  # id(msg) → its turn's scope
-        self._stopped: set[anyio.CancelScope] = set()
-
-    async def __call__(self, msg: Any, stream: Any) -> str:
-        from gantry.channel.base import TurnAborted, TurnStopped
-
-        if self.turns.closing:
-            raise TurnAborted
-        with anyio.CancelScope(shield=True) as scope:
-            self.turns.scopes.add(scope)
-            self._running[id(msg)] = scope
-            try:
-                return str(await self.respond(msg, stream))
-            finally:
-                self.turns.scopes.discard(scope)
-                del self._running[id(msg)]
-                stopped = scope in self._stopped
-                self._stopped.discard(scope)
-        if not stopped:
-            raise TurnAborted
-        if self.turns.settle is not None:
-            try:
-                self.turns.settle(msg.session_id)
-            except Exception:
-                log.exception("could not close the stopped turn's tool calls")
-        log.info("turn stopped by the user", extra={"session": msg.session_id})
-        raise TurnStopped
-
-    def stop(self, msg: Any) -> bool:
-        scope = self._running.get(id(msg))
-        if scope is None:
-            return False
-        self._stopped.add(scope)
-        scope.cancel()
-        return True
 
 
 def build_channel(
@@ -274,7 +211,7 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
         zone=user_zone(cfg.cron_tz),
     )
     channel = build_channel(cfg, conn, tls, agent)
-    turns = Turns(settle=agent.sessions.close_open_calls)
+    turns = Turns(settle=agent.sessions.settle_stopped)
     respond = turns.wrap(agent)
     cron = None
     if cfg.cron_enabled:

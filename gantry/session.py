@@ -24,6 +24,9 @@ from gantry.wire.openai import (
 
 KEEP_TOOL_RESULTS = 4
 STOPPED_RESULT = "error: the user stopped the turn before this call finished"
+STOPPED_ANSWER = "(the user stopped this turn before it was answered)"
+"""Closes a stopped turn in the history: the model sees that it was stopped, and the turn
+ends like any other (so the next message is not taken for a retry of it)."""
 
 
 def msg_chars(m: Message) -> int:
@@ -282,14 +285,20 @@ class SessionStore:
                 self._exec("DELETE FROM session_message WHERE id = ?", (i,))
         return True
 
-    def close_open_calls(self, session_id: str) -> int:
-        """A stopped turn's calls without a result get one saying so, so the history never
-        holds a tool call the model would see unanswered; returns how many."""
+    def settle_stopped(self, session_id: str, text: str) -> bool:
+        """Close the stopped turn that `text` began, if the history holds it open: its calls
+        without a result get one saying so (the model never sees a call unanswered), then
+        STOPPED_ANSWER ends the turn. One transaction; False if there was nothing to close
+        (stopped before its message was recorded)."""
         _ids, history = self.load(session_id)
-        ids = open_calls(history)
-        self.append(session_id, [ToolMessage(tool_call_id=i, content=STOPPED_RESULT)
-                                 for i in ids])
-        return len(ids)
+        tail = history[current_turn_start(history):]
+        users = [m for m in tail if isinstance(m, UserMessage)]
+        if not users or users[-1] != UserMessage(text):
+            return False
+        closing: list[Message] = [ToolMessage(tool_call_id=i, content=STOPPED_RESULT)
+                                  for i in open_calls(history)]
+        self.append(session_id, [*closing, AssistantMessage(content=STOPPED_ANSWER)])
+        return True
 
     def reset(self, session_id: str) -> None:
         """`/new`: forget the conversation (memory is untouched)."""

@@ -29,7 +29,7 @@ import apsw
 import pytest
 
 from gantry.channel.stdio import LineEditor
-from gantry.session import STOPPED_RESULT
+from gantry.session import STOPPED_ANSWER
 from tests.fakes.mcp_servers import python_fixture_toml
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
 from tests.test_cron_e2e import schedule_script, soon
@@ -229,6 +229,7 @@ def test_ctrl_c_stops_a_slow_turn_at_once_and_the_session_lives_on(
     r.type("next\r")
     r.expect("echo: next\n> ")
     assert roles(fake.last_request.messages) == [SYSTEM, ("user", "take your time"),
+                                                 ("assistant", STOPPED_ANSWER),
                                                  ("user", "next")]
     r.type("\x03")  # Ctrl-C at an idle, empty prompt: leave
     assert r.wait_exit() == 0
@@ -236,6 +237,23 @@ def test_ctrl_c_stops_a_slow_turn_at_once_and_the_session_lives_on(
     assert "turn stopped by the user" in messages and "shutdown requested" not in messages
     assert "drain timed out; cancelling the in-flight turn" not in messages
     assert messages[-1] == "gantry stopped"
+
+
+def test_typed_stop_does_what_ctrl_c_does(repl: Callable[..., Repl], fake: FakeOpenAI) -> None:
+    r = repl(CRON_ENABLED="false")
+    r.expect("> ")
+    r.type("/stop\r")
+    r.expect("Nothing to stop: no reply is being written.\n> ")
+    fake.push(Reply("never arrives", delay=60.0))
+    r.type("take your time\r")
+    wait_requests(fake, 1)
+    r.type("/cancel\r")
+    r.expect("(stopped)\n> ")
+    r.type("next\r")
+    r.expect("echo: next\n> ")
+    assert len(fake.requests) == 2
+    r.type("\x04")
+    assert r.wait_exit() == 0
 
 
 def test_ctrl_c_clears_a_typed_line_before_it_exits(
@@ -255,24 +273,29 @@ def test_ctrl_c_clears_a_typed_line_before_it_exits(
     assert r.wait_exit() == 0
 
 
-def test_ctrl_c_during_a_tool_call_leaves_no_call_unanswered(
+def test_ctrl_c_during_a_tool_call_lets_it_finish_and_runs_nothing_after(
     repl: Callable[..., Repl], fake: FakeOpenAI, tmp_path: Path
 ) -> None:
+    """The call may have side effects: it finishes and its result is recorded, then the turn
+    stops before the next model call; the history closes the turn as stopped."""
     manifest = tmp_path / "mcp.toml"
     manifest.write_text(python_fixture_toml("fx"), encoding="utf-8")
     r = repl(CRON_ENABLED="false", MCP_MANIFEST=str(manifest))
     r.expect("> ", timeout=60)
-    fake.push(ToolCalls([Call("fx__hang", {"seconds": 3600}, id="call_h")]))
+    fake.push(ToolCalls([Call("fx__hang", {"seconds": 3}, id="call_h")]))
     r.type("wait for it\r")
     r.wait_rows("SELECT 1 FROM session_message WHERE role = 'assistant'", 1)
-    r.type("\x03")
+    r.type("\x03")  # while the 3 s call runs
     r.expect("(stopped)\n> ")
+    assert len(fake.requests) == 1  # nothing after the tool call
     r.type("and now?\r")
     r.expect("echo: and now?\n")
     sent = fake.last_request.messages
-    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "user"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "assistant",
+                                         "user"]
     assert sent[2]["tool_calls"][0]["id"] == "call_h"
-    assert sent[3] == {"role": "tool", "tool_call_id": "call_h", "content": STOPPED_RESULT}
+    assert sent[3] == {"role": "tool", "tool_call_id": "call_h", "content": "woke up"}
+    assert sent[4]["content"] == STOPPED_ANSWER
     r.type("\x04")
     assert r.wait_exit() == 0
 

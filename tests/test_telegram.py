@@ -185,11 +185,12 @@ async def echo(msg: Inbound, stream: Any) -> str:
 
 @contextlib.asynccontextmanager
 async def running(
-    tg: FakeTelegram, path: Path, respond: Respond = echo, **kw: Any
+    tg: FakeTelegram, path: Path, respond: Respond = echo, users: tuple[int, ...] = (USER,),
+    conn: Any = None, **kw: Any,
 ) -> AsyncIterator[TelegramChannel]:
     """serve() in a task group; the test fails if it ever returns or raises on its own."""
-    ch = TelegramChannel(TOKEN, (USER,), db.connect(path), api_url=tg.base_url,
-                         poll_timeout=1, **kw)
+    ch = TelegramChannel(TOKEN, users, db.connect(path) if conn is None else conn,
+                         api_url=tg.base_url, poll_timeout=1, **kw)
     ended: list[BaseException | None] = []
     ready = anyio.Event()
 
@@ -259,7 +260,8 @@ async def test_command_menu_is_published_beside_polling_not_before(tmp_path: Pat
             await tg.wait_for(lambda: calls[-1].status == 200 or None, 10, "the menu published")
         assert [c.fault for c in calls] == ["server_error", "server_error", "slow"]
         assert tg.calls("getUpdates")[0].at < calls[-1].at + 4.0
-        assert [c["command"] for c in calls[-1].params["commands"]] == ["new", "status", "help"]
+        assert [c["command"] for c in calls[-1].params["commands"]] == [
+            "new", "status", "stop", "cancel", "help"]
         assert len(tg.calls("setMyCommands")) == 3
 
 

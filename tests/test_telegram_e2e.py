@@ -136,7 +136,7 @@ def test_conversation_commands_and_startup(fakes: tuple[FakeTelegram, FakeOpenAI
     assert tg.wait_sent_sync(USER, 1, timeout=90) == ["echo: hello"]
     assert tg.calls("deleteWebhook") and tg.calls("getMe")
     commands = tg.wait_calls_sync("setMyCommands", 1)[0].params["commands"]
-    assert [c["command"] for c in commands] == ["new", "status", "help"]
+    assert [c["command"] for c in commands] == ["new", "status", "stop", "cancel", "help"]
     assert tg.calls("getUpdates")[-1].params.get("allowed_updates") == ["message"]
     assert tg.calls("sendChatAction")[0].params["action"] == "typing"
     tg.push_text(USER, "/status")
@@ -543,3 +543,34 @@ def test_a_streamed_printed_tool_call_is_never_shown(  # type: ignore[no-untyped
     tool = next(m for m in llm.requests[1].messages if m["role"] == "tool")
     assert tool["content"] and not str(tool["content"]).startswith("error:"), tool
     g.stop()
+
+
+def test_slash_stop_ends_a_30_s_model_call_and_the_next_message_is_answered(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run
+) -> None:
+    """Issue 27: /stop during a 30 s model call ends the turn with one short reply long
+    before the call would end (the waits are bounded well below 30 s), the message sent
+    meanwhile is answered next, and after a restart the stopped message is not run again."""
+    tg, llm = fakes
+    llm.push(Reply("too late", delay=30.0))
+    g = run()
+    tg.push_text(USER, "think hard")
+    wait(lambda: len(llm.requests) >= 1, 90, "the slow model call")
+    tg.push_text(USER, "meanwhile")
+    t0 = time.monotonic()
+    tg.push_text(USER, "/stop")
+    assert tg.wait_sent_sync(USER, 1, timeout=15)[:1] == ["Stopped."]
+    latency = time.monotonic() - t0
+    print(f"\n/stop → 'Stopped.' in {latency * 1000:.0f} ms (the model call: 30 s)")
+    assert tg.wait_sent_sync(USER, 2, timeout=15) == ["Stopped.", "echo: meanwhile"]
+    wait(lambda: states(g.env["DATA_DIR"]) == {
+        "think hard": "answered", "meanwhile": "answered", "/stop": "answered"}, 15, "done")
+    assert g.stop() == 0
+    assert "turn stopped by the user" in g.stderr
+    no_secrets(g)
+    g2 = run()
+    tg.push_text(USER, "/cancel")
+    assert tg.wait_sent_sync(USER, 3, timeout=90)[2] == (
+        "Nothing to stop: no reply is being written.")
+    assert len(llm.requests) == 2 and g2.stop() == 0
+    assert len(tg.sent(USER)) == 3

@@ -17,6 +17,10 @@ Progress = Callable[[int, int], None]
 
 COMMANDS = frozenset({"/new", "/status", "/help", "/start"})
 """The commands the agent answers itself (`/start` is Telegram's first message)."""
+STOP_COMMANDS = frozenset({"/stop", "/cancel"})
+"""The commands a channel handles itself, out of band: they stop the chat's running turn."""
+STOPPED_REPLY = "Stopped."
+NOTHING_TO_STOP = "Nothing to stop: no reply is being written."
 _COMMAND = re.compile(r"/[A-Za-z][A-Za-z0-9_]{0,31}(?:@[A-Za-z0-9_]+)?")
 
 
@@ -35,8 +39,15 @@ class TurnFailed(Exception):
 
 
 class TurnStopped(Exception):
-    """The user stopped the turn (the REPL's Ctrl-C): nothing is replied, the session is left
-    consistent (a stopped tool call gets a result saying so), the process carries on."""
+    """The user stopped the turn (Telegram's /stop, the REPL's Ctrl-C): the channel says
+    "stopped" instead of a reply; the history records the turn as stopped, the process
+    carries on."""
+
+
+def is_stop(text: str) -> bool:
+    """Whether a message is `/stop` or `/cancel` (also `/stop@botname`, any case)."""
+    words = text.strip().split(maxsplit=1)
+    return bool(words) and words[0].split("@", 1)[0].lower() in STOP_COMMANDS
 
 
 def unknown_command(text: str) -> str | None:
@@ -105,7 +116,11 @@ class Responder(Protocol):
 
 @runtime_checkable
 class Stoppable(Protocol):
-    """A responder whose running turns can be stopped (gantry.runtime's shielded wrapper)."""
+    """A responder whose running turns can be stopped (gantry.turns.Shielded)."""
+
+    def running(self, msg: Inbound) -> bool:
+        """Whether `stop(msg)` would stop a turn (it runs, and has no final answer yet)."""
+        ...
 
     def stop(self, msg: Inbound) -> bool:
         """Stop the turn answering `msg` (its call raises TurnStopped); False if none runs."""

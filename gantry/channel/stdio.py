@@ -25,12 +25,14 @@ import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gantry.channel.base import (
+    NOTHING_TO_STOP,
     Inbound,
     Progress,
     Responder,
     Stoppable,
     TurnAborted,
     TurnStopped,
+    is_stop,
     unknown_command,
 )
 
@@ -322,6 +324,8 @@ class StdioChannel:
                         self._drawn += _width(text)
                     elif event == "redraw" and self._prompt_shown:
                         self._redraw()
+                    elif event == "submit" and is_stop(text) and self._current is not None:
+                        self._interrupt(respond)  # typed /stop: what Ctrl-C does
                     elif event == "submit":
                         idle = self._prompt_shown
                         if idle:
@@ -385,6 +389,10 @@ class StdioChannel:
     # ------------------------------------------------------------------ one message
 
     async def _one(self, respond: Responder, text: str) -> None:
+        if is_stop(text):  # a running reply was stopped as the line was typed (_keys)
+            self.out.write(NOTHING_TO_STOP + "\n")
+            self.out.flush()
+            return
         unknown = unknown_command(text)
         if unknown is not None:  # a typo'd command is not a message for the model
             self.out.write(unknown + "\n")

@@ -40,7 +40,17 @@ from aiogram.exceptions import (
 )
 from aiogram.types import BotCommand, Message, Update
 
-from gantry.channel.base import Inbound, Progress, Responder, TurnAborted
+from gantry.channel.base import (
+    NOTHING_TO_STOP,
+    STOPPED_REPLY,
+    Inbound,
+    Progress,
+    Responder,
+    Stoppable,
+    TurnAborted,
+    TurnStopped,
+    is_stop,
+)
 from gantry.channel.telegram_store import (
     MAX_ATTEMPTS,
     Accepted,
@@ -64,6 +74,7 @@ log = logging.getLogger("gantry.channel.telegram")
 POLL_TIMEOUT = 25
 ALLOWED_UPDATES = ["message"]  # edited messages, reactions, etc. are never delivered
 COMMANDS = [("new", "start a new conversation"), ("status", "uptime, model, history size"),
+            ("stop", "stop the reply being written"), ("cancel", "same as /stop"),
             ("help", "what I can do")]
 NON_TEXT_REPLY = "I can only read text messages for now."
 TYPING_EVERY = 4.0
@@ -179,6 +190,7 @@ class TelegramChannel:
         session = _Session(ssl_context, api=TelegramAPIServer.from_base(api_url.rstrip("/")))
         self.bot = Bot(token, session=session)
         self._active: set[int] = set()
+        self._turning: dict[int, tuple[int, Inbound]] = {}  # chat → its turn's update, message
         self._edit_at: dict[int, float] = {}  # chat → earliest time the next edit may go
         self.groups = groups
         self._strangers = LogOnce(STRANGER_LOG_EVERY, STRANGERS_MAX)
@@ -255,7 +267,7 @@ class TelegramChannel:
                 error, delay = exc, backoff.next()
             if attempt < MENU_ATTEMPTS:
                 await anyio.sleep(delay)
-        log.warning("telegram command menu not published; /new, /status and /help still work",
+        log.warning("telegram command menu not published; the commands still work",
                     extra={"attempts": MENU_ATTEMPTS, "error": f"{type(error).__name__}: {error}"},
                     exc_info=None if _expected(error) else error)
 
@@ -336,7 +348,12 @@ class TelegramChannel:
         self._group_log.expire(now)
 
     def _accept(self, updates: list[Update]) -> None:
+        """Record a batch; a /stop is handled here, out of band, not queued behind the turn
+        it stops. The stop is recorded with the batch (the stopped message gets its short
+        reply even if the process dies before the turn has ended), then the turn is stopped."""
         accepted: list[Accepted] = []
+        stops: dict[int, int] = {}  # chat → update id of the turn stopped
+        idle: list[int] = []  # chats told there is nothing to stop
         for upd in updates:
             msg = upd.message
             if msg is None or not self._chat_ok(msg):
@@ -346,14 +363,49 @@ class TelegramChannel:
                 self._stranger(user)
                 continue
             text = msg.text
+            stop = text is not None and is_stop(text)
+            if stop:
+                target = stops.get(msg.chat.id) or self._running_turn(msg.chat.id)
+                if target is None:
+                    idle.append(msg.chat.id)
+                else:
+                    stops[msg.chat.id] = target
             accepted.append(Accepted(
                 update_id=upd.update_id, chat_id=msg.chat.id, user_id=user,
                 message_id=msg.message_id, text=text or "",
-                reply=None if text is not None else NON_TEXT_REPLY,
+                reply=None if text is not None else NON_TEXT_REPLY, done=stop,
             ))
-        self.store.accept(accepted, max(u.update_id for u in updates) + 1)
-        for chat in dict.fromkeys(a.chat_id for a in accepted):
+        self.store.accept(accepted, max(u.update_id for u in updates) + 1,
+                          stopped=list(stops.values()), stopped_reply=STOPPED_REPLY)
+        for chat, update_id in stops.items():
+            self._stop(chat, update_id)
+        for chat in idle:
+            self._tg.start_soon(self._notice, chat, NOTHING_TO_STOP)
+        for chat in dict.fromkeys(a.chat_id for a in accepted if not a.done):
             self._kick(chat)
+
+    def _running_turn(self, chat: int) -> int | None:
+        """The update whose turn runs in `chat` and can still be stopped, if any."""
+        entry = self._turning.get(chat)
+        if entry is None or not isinstance(self._respond, Stoppable):
+            return None
+        return entry[0] if self._respond.running(entry[1]) else None
+
+    def _stop(self, chat: int, update_id: int) -> None:
+        entry = self._turning.get(chat)
+        if entry is not None and entry[0] == update_id and isinstance(self._respond, Stoppable):
+            self._respond.stop(entry[1])
+            log.info("stopping the chat's turn", extra={"chat_id": chat, "update_id": update_id})
+
+    async def _notice(self, chat: int, text: str) -> None:
+        """A short out-of-band reply (a /stop with nothing to stop). Not tracked like
+        replies: after a crash it is not resent; a failure is only logged."""
+        try:
+            await self._send(chat, Rendered(text, []))
+        except Exception as exc:
+            log.warning("could not send a notice", extra={
+                "chat_id": chat, "error": f"{type(exc).__name__}: {exc}"},
+                exc_info=None if _expected(exc) else exc)
 
     def _chat_ok(self, msg: Message) -> bool:
         """Private chats always; groups only with TELEGRAM_GROUPS=mention and a message that
@@ -455,6 +507,10 @@ class TelegramChannel:
         except TurnAborted:
             self.store.undo_attempt(row.update_id)
             raise
+        except TurnStopped:  # recorded when /stop came (_accept); idempotent here
+            self.store.set_reply(row.update_id, STOPPED_REPLY)
+            row.reply = STOPPED_REPLY
+            return True
         except Exception as exc:
             failures = self.store.fail_attempt(row.update_id)
             log.error("turn failed; will retry",
@@ -524,19 +580,23 @@ class TelegramChannel:
                           group=row.chat_id != row.user_id,
                           on_answer=lambda reply: self.store.set_reply(row.update_id, reply))
         stream = TelegramStream(self, row) if self.stream_replies else None
-        aborted = False
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._typing, row.chat_id)
-            try:
-                reply = await self._respond(inbound, stream)
-            except TurnAborted:  # raised here, not through the task group: no ExceptionGroup
-                aborted = True
-            finally:
-                tg.cancel_scope.cancel()
-        if aborted:
-            raise TurnAborted
-        if stream is not None:
+        ended: TurnAborted | TurnStopped | None = None
+        self._turning[row.chat_id] = (row.update_id, inbound)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._typing, row.chat_id)
+                try:
+                    reply = await self._respond(inbound, stream)
+                except (TurnAborted, TurnStopped) as exc:  # here, not through the task group
+                    ended = exc
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            del self._turning[row.chat_id]
+        if stream is not None:  # a stopped turn's streamed text becomes the short reply
             row.stream_msgs = stream.message_ids
+        if ended is not None:
+            raise ended
         return reply
 
     async def _typing(self, chat: int) -> None:

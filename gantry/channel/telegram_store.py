@@ -67,6 +67,13 @@ class Accepted(msgspec.Struct, frozen=True):
     message_id: int
     text: str
     reply: str | None = None  # preset for updates answered without the agent (non-text)
+    done: bool = False  # finished on arrival, nothing to send (a /stop, handled at once)
+
+
+def _arrival_state(u: Accepted) -> str:
+    if u.done:
+        return "answered"
+    return "accepted" if u.reply is None else "replied"
 
 
 class TelegramStore:
@@ -80,8 +87,11 @@ class TelegramStore:
         rows = self._rows("SELECT next_offset FROM telegram_state WHERE id = 1")
         return int(rows[0][0]) if rows else 0  # type: ignore[call-overload]
 
-    def accept(self, updates: Sequence[Accepted], next_offset: int) -> None:
-        """Record accepted updates and the offset after this batch, atomically.
+    def accept(self, updates: Sequence[Accepted], next_offset: int,
+               stopped: Sequence[int] = (), stopped_reply: str = "") -> None:
+        """Record accepted updates and the offset after this batch, atomically; the
+        `stopped` updates (their turns stopped by a /stop in the batch) get `stopped_reply`
+        in the same transaction, so they are never run again after a restart.
 
         Exactly-once rests on the stored update ids, not on offsets only growing: a
         redelivered update is recognised by its id and ignored. The offset is simply the one
@@ -99,9 +109,17 @@ class TelegramStore:
                 )
                 self._rows(
                     "INSERT OR IGNORE INTO telegram_update (update_id, chat_id, user_id, "
-                    "message_id, text, state, reply, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (u.update_id, u.chat_id, u.user_id, u.message_id, u.text,
-                     "accepted" if u.reply is None else "replied", u.reply, now),
+                    "message_id, text, state, reply, received_at, answered_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (u.update_id, u.chat_id, u.user_id, u.message_id, u.text, _arrival_state(u),
+                     u.reply, now, now if u.done else None),
+                )
+            for update_id in stopped:
+                self._rows(
+                    "UPDATE telegram_update SET reply = ?, state = 'replied', attempts = 0, "
+                    "crashes = 0, in_flight = 0, error = NULL WHERE update_id = ? "
+                    "AND state = 'accepted'",
+                    (stopped_reply, update_id),
                 )
             self._rows(
                 "INSERT INTO telegram_state (id, next_offset) VALUES (1, ?) ON CONFLICT (id) "

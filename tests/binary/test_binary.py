@@ -374,6 +374,45 @@ def test_telegram_run_is_healthy_and_stops_cleanly_on_sigterm(
         tg.stop()
 
 
+def test_telegram_stop_ends_a_slow_turn_in_the_frozen_binary(
+    sandbox: Sandbox, start: Any, fake_openai: Any
+) -> None:
+    """/stop from the command menu: a model call that would take 30 s is cut (waits bounded
+    far below that), one short reply, then the next message is answered."""
+    from tests.fakes.openai import Reply
+    from tests.fakes.telegram import FakeTelegram
+
+    tg = FakeTelegram()
+    tg_url = tg.start_in_thread()
+    try:
+        fake_openai.push(Reply("too late", delay=30.0))
+        run = start(
+            _run_env(fake_openai.base_url, CHANNEL="telegram", TELEGRAM_BOT_TOKEN="123456:stop",
+                     TELEGRAM_ALLOWED_USERS="7", TELEGRAM_API_URL=tg_url),
+            data=sandbox.new_data_dir("data-telegram-stop"),
+        )
+        run.wait_stderr('"receiving"')
+        commands = tg.wait_calls_sync("setMyCommands", 1, timeout=WAIT)[0].params["commands"]
+        assert {"stop", "cancel"} <= {c["command"] for c in commands}
+        tg.push_text(user_id=7, text="think hard")
+        deadline = time.monotonic() + WAIT
+        while not fake_openai.requests and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert fake_openai.requests, run.stderr[-3000:]
+        tg.push_text(user_id=7, text="meanwhile")
+        t0 = time.monotonic()
+        tg.push_text(user_id=7, text="/stop")
+        assert tg.wait_sent_sync(chat_id=7, count=1, timeout=15)[:1] == ["Stopped."]
+        print(f"\n/stop in the binary: {(time.monotonic() - t0) * 1000:.0f} ms")
+        assert tg.wait_sent_sync(chat_id=7, count=2, timeout=15) == ["Stopped.",
+                                                                      "echo: meanwhile"]
+        assert run.stop(signal.SIGTERM) == 0, run.stderr[-3000:]
+        assert "turn stopped by the user" in run.stderr
+        assert "Traceback" not in run.stderr
+    finally:
+        tg.stop()
+
+
 def test_sighup_to_the_bootstrap_reloads_the_persona(
     sandbox: Sandbox, start: Any, fake_openai: Any
 ) -> None:
