@@ -387,6 +387,8 @@ class StreamGate:
 
     def _maybe_call(self, body: str) -> bool:
         """Whether `body` (the reply so far) could still be a printed call."""
+        if "```".startswith(body):
+            return True  # one or two backticks: a fence may be opening
         if body.startswith("```"):
             first, nl, rest = body.partition("\n")
             if not nl:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from gantry.agent import CAP_NOTE, NO_ANSWER, NUDGE
@@ -259,6 +259,8 @@ CUTS = st.lists(st.integers(0, 400), max_size=30)
 
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(FORMS), ARGS, CUTS)
+@example("fenced", {}, [1]).via("a fence's first backtick alone in the first delta")
+@example("fenced", {}, [2])
 def test_a_streamed_printed_call_is_never_shown(form: str, args: dict[str, Any],
                                                 cut: list[int]) -> None:
     text = render(form, T, args)
