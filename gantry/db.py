@@ -42,6 +42,12 @@ def ensure_data_dir(data_dir: str | os.PathLike[str]) -> Path:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DatabaseError(f"DATA_DIR {str(d)!r} cannot be created: {exc.strerror}") from None
+    _usable(d)
+    return d
+
+
+def _usable(d: Path) -> None:
+    """DatabaseError unless `d` (which exists) is a directory this user may write."""
     if not d.is_dir():
         raise DatabaseError(f"DATA_DIR {str(d)!r} is not a directory")
     if not os.access(d, os.W_OK | os.X_OK):
@@ -49,7 +55,6 @@ def ensure_data_dir(data_dir: str | os.PathLike[str]) -> Path:
             f"DATA_DIR {str(d)!r} is not writable by uid {os.getuid()}; "
             "mount it read-write and chown it to the user gantry runs as"
         )
-    return d
 
 
 def check_data_dir(data_dir: str | os.PathLike[str]) -> str:
@@ -59,13 +64,7 @@ def check_data_dir(data_dir: str | os.PathLike[str]) -> str:
     """
     d = Path(data_dir)
     if d.exists():
-        if not d.is_dir():
-            raise DatabaseError(f"DATA_DIR {str(d)!r} is not a directory")
-        if not os.access(d, os.W_OK | os.X_OK):
-            raise DatabaseError(
-                f"DATA_DIR {str(d)!r} is not writable by uid {os.getuid()}; "
-                "mount it read-write and chown it to the user gantry runs as"
-            )
+        _usable(d)
         return f"{d} writable"
     parent = next(p for p in d.absolute().parents if p.exists())
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
