@@ -13,15 +13,24 @@ import sys
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs a healthcheck ~10 ms
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import Any
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
+
+def seconds(text: str) -> float:
+    """A finite number of seconds: `nan` or `inf` would make every heartbeat look fresh (or
+    none), so they are refused like any other bad value."""
+    value = float(text)
+    if not abs(value) < float("inf"):  # also false for nan
+        raise ValueError(f"not a finite number: {text!r}")
+    return value
+
 # Options of the commands that must start fast, with their value type (None = a flag). Kept in
 # step with _parser() by tests/test_cli.py, which checks both parse every argv alike.
-LEAN_OPTIONS: dict[str, dict[str, type | None]] = {
-    "status": {"--max-age": float, "--data-dir": str, "--env-file": str},
+LEAN_OPTIONS: dict[str, dict[str, Callable[[str], Any] | None]] = {
+    "status": {"--max-age": seconds, "--data-dir": str, "--env-file": str},
     "version": {"--json": None, "--import-times": str},
 }
 
@@ -95,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Read the heartbeat row (read-only) from $DATA_DIR/gantry.db. "
         "Exit 0 if it is fresher than --max-age seconds, else 1.",
     )
-    st.add_argument("--max-age", type=float, default=None, metavar="SECONDS",
+    st.add_argument("--max-age", type=seconds, default=None, metavar="SECONDS",
                     help="maximum heartbeat age in seconds (default 60)")
     st.add_argument("--data-dir", default=None, metavar="DIR",
                     help="override DATA_DIR (default: $DATA_DIR or /data)")

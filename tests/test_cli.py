@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gantry.cli import _parser, main, quick_parse
@@ -59,6 +59,7 @@ TOKENS = [
                   st.lists(st.sampled_from(TOKENS), max_size=5)).map(lambda t: [t[0], *t[1]]),
     )
 )
+@example(["status", "--max-age", "nan"])
 def test_quick_parse_agrees_with_argparse(argv: list[str]) -> None:
     """Whatever the fast path accepts, argparse parses to exactly the same values."""
     quick = quick_parse(argv)
@@ -162,3 +163,12 @@ def test_an_unreadable_env_file_is_one_line(
     assert main([*argv, "--env-file", str(tmp_path / "missing.env")]) == 1
     err = capsys.readouterr().err
     assert f"gantry {argv[0]}: --env-file {str(tmp_path / 'missing.env')!r} cannot be read" in err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN"])
+def test_status_refuses_a_max_age_that_is_not_finite(value: str) -> None:
+    """`--max-age nan` passed the `<= 0` check and made every comparison false."""
+    assert quick_parse(["status", "--max-age", value]) is None
+    with pytest.raises(SystemExit) as exc:
+        _parser().parse_args(["status", "--max-age", value])
+    assert exc.value.code == 2
