@@ -28,6 +28,7 @@ from gantry.session import (
     history_tokens,
     plan_trim,
     render_for_summary,
+    unanswered_calls,
 )
 from gantry.tools import CALLER, Registry, offered
 from gantry.turns import tool_call
@@ -112,18 +113,6 @@ def resume_point(history: Sequence[Message], user: UserMessage) -> int | None:
         if isinstance(m, AssistantMessage) and not m.tool_calls:
             return None
     return None
-
-
-def unanswered_calls(history: Sequence[Message]) -> list[ToolCall]:
-    """The last tool-call message's calls that have no recorded result yet."""
-    for i in range(len(history) - 1, -1, -1):
-        m = history[i]
-        if isinstance(m, AssistantMessage) and m.tool_calls:
-            done = {t.tool_call_id for t in history[i + 1 :] if isinstance(t, ToolMessage)}
-            return [c for c in m.tool_calls if c.id not in done]
-        if isinstance(m, UserMessage):
-            return []
-    return []
 
 
 def ordered_results(history: Sequence[Message]) -> list[Message]:

@@ -16,6 +16,7 @@ from gantry.wire.openai import (
     AssistantMessage,
     Message,
     SystemMessage,
+    ToolCall,
     ToolMessage,
     UserMessage,
     decode_messages,
@@ -141,13 +142,14 @@ def plan_trim(history: Sequence[Message], max_messages: int, max_tokens: int) ->
     return Trim(keep, [i for i in range(len(history)) if i not in keep_set])
 
 
-def open_calls(history: Sequence[Message]) -> list[str]:
-    """Ids of the newest tool-call message's calls that have no result recorded."""
+def unanswered_calls(history: Sequence[Message]) -> list[ToolCall]:
+    """The newest tool-call message's calls that have no result recorded yet (a resumed turn
+    runs them; a stopped turn answers them as stopped)."""
     for i in range(len(history) - 1, -1, -1):
         m = history[i]
         if isinstance(m, AssistantMessage) and m.tool_calls:
             done = {t.tool_call_id for t in history[i + 1 :] if isinstance(t, ToolMessage)}
-            return [c.id for c in m.tool_calls if c.id not in done]
+            return [c for c in m.tool_calls if c.id not in done]
         if isinstance(m, UserMessage):
             return []
     return []
@@ -295,8 +297,8 @@ class SessionStore:
         users = [m for m in tail if isinstance(m, UserMessage)]
         if not users or users[-1] != UserMessage(text):
             return False
-        closing: list[Message] = [ToolMessage(tool_call_id=i, content=STOPPED_RESULT)
-                                  for i in open_calls(history)]
+        closing: list[Message] = [ToolMessage(tool_call_id=c.id, content=STOPPED_RESULT)
+                                  for c in unanswered_calls(history)]
         self.append(session_id, [*closing, AssistantMessage(content=STOPPED_ANSWER)])
         return True
 
