@@ -97,9 +97,9 @@ class Tokens:
 
 def _count(tokens: Sequence[str], want: tuple[str, ...]) -> int:
     """How often the word occurs: the rarest of its tokens (a word may be several tokens)."""
-    if not want:
-        return 0
-    return min(tokens.count(t) for t in want)
+    if len(want) == 1:  # nearly every word: skip the generator
+        return tokens.count(want[0])
+    return min((tokens.count(t) for t in want), default=0)
 
 
 def relevance(terms: Sequence[Term], row: Tokens, avg_length: float) -> float:

@@ -31,7 +31,7 @@ FORGET_MAX = 5
 CANDIDATES = 200  # rows an all-words (forget) match considers, newest first
 MMAP_BYTES = 256 << 20
 PER_TERM = 64  # newest matches read per query word: bounds recall's cost on a common word
-RESCORE = 40  # best rows by matched IDF that are re-scored with BM25 from their own tokens
+RESCORE = 20  # best rows by matched IDF that are re-scored with BM25 from their own tokens
 TOKENIZER = ("unicode61", "remove_diacritics", "2")  # memory_fts's, under its Porter stemmer
 TTL_DAYS = {"episode": 30}  # per kind; kinds not listed never expire (spec §7.1)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
