@@ -16,7 +16,6 @@ from dataclasses import dataclass
 QUERY_TERMS = 16
 K1 = 1.2  # BM25 term-frequency saturation
 B = 0.75  # BM25 length normalization
-SUBJECT_WEIGHT = 2.0  # a query word in a row's subject counts this many content matches
 SUBJECT_BOOST = 1.25  # the query names what the row is about (a word of its subject)
 STEM_WEIGHT = 0.9  # a match by stem only ('adopted' for 'adopt') against an exact match
 RECENCY_WEIGHT = 0.1  # a fresh row scores at most this much more than an old one
@@ -103,16 +102,17 @@ def _count(tokens: Sequence[str], want: tuple[str, ...]) -> int:
 
 
 def relevance(terms: Sequence[Term], row: Tokens, avg_length: float) -> float:
-    """BM25 of `row` for `terms`, subject matches weighted SUBJECT_WEIGHT, matches by stem
-    alone STEM_WEIGHT of an exact match; × SUBJECT_BOOST when a query word is a word of the
-    row's subject (a question about Caroline prefers rows about her over rows naming her)."""
+    """BM25 of `row` (subject and content as one text) for `terms`, a match by stem alone
+    STEM_WEIGHT of an exact one; × SUBJECT_BOOST when a query word is a word of the row's
+    subject (a question about Caroline prefers rows about her over rows naming her).
+
+    A separate subject column weight (×2) was measured and changed nothing: the boost is
+    what makes the subject count."""
     norm = K1 * (1.0 - B + B * row.length() / max(avg_length, 1.0))
     score = 0.0
     named = False
     for term in terms:
-        tf = SUBJECT_WEIGHT * _count(row.subject_stems, term.stems) + _count(
-            row.content_stems, term.stems
-        )
+        tf = _count(row.subject_stems, term.stems) + _count(row.content_stems, term.stems)
         if tf <= 0:
             continue
         in_subject = _count(row.subject_exact, term.exact) > 0
