@@ -109,7 +109,7 @@ def test_query_words_drop_stopwords_unless_nothing_is_left() -> None:
 
 
 def _tokens(subject: list[str], content: list[str], stems: list[str] | None = None) -> Tokens:
-    return Tokens(subject, subject, content, stems if stems is not None else content)
+    return Tokens(subject, subject + content, subject + (content if stems is None else stems))
 
 
 def test_relevance_prefers_exact_and_subject_matches() -> None:

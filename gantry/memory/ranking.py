@@ -83,15 +83,12 @@ class Term:
 
 @dataclass(frozen=True)
 class Tokens:
-    """A candidate row as token lists: exact (unicode61) and stemmed (Porter), per column."""
+    """A candidate row as token lists: its subject's words, and subject + content as exact
+    (unicode61) and stemmed (Porter) tokens."""
 
-    subject_exact: Sequence[str]
-    subject_stems: Sequence[str]
-    content_exact: Sequence[str]
-    content_stems: Sequence[str]
-
-    def length(self) -> int:
-        return len(self.subject_stems) + len(self.content_stems)
+    subject: Sequence[str]
+    exact: Sequence[str]
+    stems: Sequence[str]
 
 
 def _count(tokens: Sequence[str], want: tuple[str, ...]) -> int:
@@ -108,16 +105,15 @@ def relevance(terms: Sequence[Term], row: Tokens, avg_length: float) -> float:
 
     A separate subject column weight (×2) was measured and changed nothing: the boost is
     what makes the subject count."""
-    norm = K1 * (1.0 - B + B * row.length() / max(avg_length, 1.0))
+    norm = K1 * (1.0 - B + B * len(row.stems) / max(avg_length, 1.0))
     score = 0.0
     named = False
     for term in terms:
-        tf = _count(row.subject_stems, term.stems) + _count(row.content_stems, term.stems)
+        tf = _count(row.stems, term.stems)
         if tf <= 0:
             continue
-        in_subject = _count(row.subject_exact, term.exact) > 0
-        named = named or in_subject
-        exact = in_subject or _count(row.content_exact, term.exact) > 0
+        named = named or _count(row.subject, term.exact) > 0
+        exact = _count(row.exact, term.exact) > 0
         score += term.weight * tf * (K1 + 1.0) / (tf + norm) * (1.0 if exact else STEM_WEIGHT)
     return score * SUBJECT_BOOST if named else score
 

@@ -394,7 +394,7 @@ class MemoryStore:
         if not rows:
             return []
         tokens = [self._row_tokens(r) for r in rows]
-        avg = sum(t.length() for t in tokens) / len(tokens)
+        avg = sum(len(t.stems) for t in tokens) / len(tokens)
         now = self.clock()
         scored = [
             (ranking.relevance(wanted, t, avg) * recency(self._age_days(r, now)), int(r.id), r)
@@ -455,8 +455,9 @@ class MemoryStore:
         return out
 
     def _row_tokens(self, row: Row) -> Tokens:
-        return Tokens(self._tokens(row.subject, False), self._tokens(row.subject, True),
-                      self._tokens(row.content, False), self._tokens(row.content, True))
+        text = f"{row.subject} {row.content}"
+        return Tokens(self._tokens(row.subject, False), self._tokens(text, False),
+                      self._tokens(text, True))
 
     @staticmethod
     def _age_days(row: Row, now: float) -> float:
