@@ -1,7 +1,7 @@
 """Memory store figures: recall and hydration latency by table size, insert throughput, and
 the same recall done the aigpt way (read every record file of the exported layout, filter).
 Each size is measured twice in the same run: `old` = the schema and ranking before issue 30
-(bench/memory_old.py: no stemmer, IDF sum / (1 + age/30)), `new` = today's. Both tables get
+(bench/_memory_old.py: no stemmer, IDF sum / (1 + age/30)), `new` = today's. Both tables get
 the same rows in alternating batches and the same queries in alternation, so load on the
 machine falls on both alike.
 
@@ -38,7 +38,7 @@ from gantry.memory.atproto import export
 from gantry.memory.store import KINDS, MemoryStore, terms
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import memory_old
+import _memory_old as memory_old
 
 WORDS = [f"w{i}" for i in range(2000)]
 CUM = list(itertools.accumulate(1.0 / (i + 1) for i in range(len(WORDS))))
