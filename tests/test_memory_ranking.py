@@ -90,7 +90,7 @@ def test_every_query_word_counts_for_a_candidate_beyond_the_per_term_cap(
     store: MemoryStore,
 ) -> None:
     """A common word's newest matches are capped (PER_TERM); the re-score still credits an
-    older row holding it."""
+    older row holding it (a guard for the re-score, not a fix: the old ranking passed too)."""
     old, _ = store.add("fact", "nate", "plays video games with friends")
     for i in range(100):
         store.add("episode", "nate", f"nate said hello {i}")
