@@ -1,5 +1,9 @@
 """Memory store figures: recall and hydration latency by table size, insert throughput, and
 the same recall done the aigpt way (read every record file of the exported layout, filter).
+Each size is measured twice in the same run: `old` = the schema and ranking before issue 30
+(bench/_memory_old.py: no stemmer, IDF sum / (1 + age/30)), `new` = today's. Both tables get
+the same rows in alternating batches and the same queries in alternation, so load on the
+machine falls on both alike.
 
 Prints figures; never pass/fail. Rows are synthetic statements over a 2,000-word Zipf-ish
 vocabulary (a few common words, a long tail), all kinds mixed (~40 % episodes). Queries are
@@ -23,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -31,6 +36,9 @@ import apsw
 from gantry import db
 from gantry.memory.atproto import export
 from gantry.memory.store import KINDS, MemoryStore, terms
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _memory_old as memory_old
 
 WORDS = [f"w{i}" for i in range(2000)]
 CUM = list(itertools.accumulate(1.0 / (i + 1) for i in range(len(WORDS))))
@@ -46,18 +54,23 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(p * len(s)))]
 
 
-def fill(store: MemoryStore, n: int, rng: random.Random) -> float:
-    """Insert n rows in batches of 1,000 per transaction; return rows/s."""
+def fill(stores: list[MemoryStore], n: int, rng: random.Random) -> list[float]:
+    """Insert the same n rows into each store, batches of 1,000 per transaction taken in
+    turn; return each store's rows/s."""
     kinds = [*KINDS, "episode", "episode"]  # ~40 % episodes
-    start = time.perf_counter()
+    spent = [0.0] * len(stores)
     done = 0
     while done < n:
-        with store.conn:
-            for _ in range(min(1000, n - done)):
-                store.add(rng.choice(kinds), rng.choice(SUBJECTS), f"{sentence(rng, 8)} {done}",
-                          source="bench")
-                done += 1
-    return n / (time.perf_counter() - start)
+        batch = [(rng.choice(kinds), rng.choice(SUBJECTS), f"{sentence(rng, 8)} {done + i}")
+                 for i in range(min(1000, n - done))]
+        for i, store in enumerate(stores):
+            start = time.perf_counter()
+            with store.conn:
+                for kind, subject, content in batch:
+                    store.add(kind, subject, content, source="bench")
+            spent[i] += time.perf_counter() - start
+        done += len(batch)
+    return [n / s for s in spent]
 
 
 def single_inserts(store: MemoryStore, rng: random.Random, count: int = 300) -> float:
@@ -68,12 +81,14 @@ def single_inserts(store: MemoryStore, rng: random.Random, count: int = 300) -> 
     return count / (time.perf_counter() - start)
 
 
-def timed(fn: object, queries: list[str]) -> list[float]:
-    out = []
+def timed(fns: list[Any], queries: list[str]) -> list[list[float]]:
+    """Milliseconds per query for each function, the functions taking turns per query."""
+    out: list[list[float]] = [[] for _ in fns]
     for q in queries:
-        t = time.perf_counter()
-        fn(q)  # type: ignore[operator]
-        out.append((time.perf_counter() - t) * 1000)
+        for i, fn in enumerate(fns):
+            t = time.perf_counter()
+            fn(q)
+            out[i].append((time.perf_counter() - t) * 1000)
     return out
 
 
@@ -100,36 +115,42 @@ def main() -> None:
     aigpt_sizes = {int(s) for s in args.aigpt.split(",") if s}
     print(f"python {platform.python_version()} · SQLite {apsw.sqlite_lib_version()} · "
           f"{os.cpu_count()} cpu · {platform.machine()}")
-    print(f"{'rows':>8} {'insert rows/s':>14} {'recall p50':>11} {'recall p99':>11} "
-          f"{'hydrate p50':>12} {'hydrate p99':>12} {'aigpt-way p50':>14} {'db MB':>7}")
+    print(f"{'rows':>8} {'ranking':>7} {'insert rows/s':>14} {'recall p50':>11} "
+          f"{'recall p99':>11} {'hydrate p50':>12} {'hydrate p99':>12} {'aigpt-way p50':>14} "
+          f"{'db MB':>7}")
     rng = random.Random(7)
     queries = [sentence(rng, rng.randint(2, 4)) for _ in range(args.queries)]
+    singles: list[float] = []
     for n in sizes:
         with tempfile.TemporaryDirectory() as tmp:
-            conn = db.connect(Path(tmp) / "bench.db")
-            store = MemoryStore(conn)
-            rate = fill(store, n, random.Random(n))
-            timed(store.search, queries[:20])  # warm the page cache
-            recall = timed(store.search, queries)
-            hydrate = timed(store.hydrate, queries)
+            paths = [Path(tmp) / "old.db", Path(tmp) / "new.db"]
+            conns = [memory_old.connect(paths[0]), db.connect(paths[1])]
+            old, new = MemoryStore(conns[0]), MemoryStore(conns[1])
+            rates = fill([old, new], n, random.Random(n))
+            recalls = [lambda q, s=old: memory_old.search(s, q), new.search]
+            hydrates = [lambda q, s=old: memory_old.hydrate(s, q), new.hydrate]
+            timed(recalls, queries[:20])  # warm the page cache
+            recall = timed(recalls, queries)
+            hydrate = timed(hydrates, queries)
             aigpt = "-"
             if n in aigpt_sizes:
-                _, root = export(store, Path(tmp) / "atproto", "did:plc:bench", "core")
+                _, root = export(new, Path(tmp) / "atproto", "did:plc:bench", "core")
                 few = queries[:20]
                 aigpt_recall(root, few[0])  # warm the OS cache
-                times = timed(lambda q, r=root: aigpt_recall(r, q), few)
+                times = timed([lambda q, r=root: aigpt_recall(r, q)], few)[0]
                 aigpt = f"{statistics.median(times):.1f} ms"
-            size = (Path(tmp) / "bench.db").stat().st_size / 1e6
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            size = max(size, (Path(tmp) / "bench.db").stat().st_size / 1e6)
-            print(f"{n:>8} {rate:>14,.0f} {pct(recall, .5):>8.2f} ms {pct(recall, .99):>8.2f} ms "
-                  f"{pct(hydrate, .5):>9.2f} ms {pct(hydrate, .99):>9.2f} ms {aigpt:>14} "
-                  f"{size:>7.1f}")
+            for i, label in enumerate(("old", "new")):
+                conns[i].execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                size = paths[i].stat().st_size / 1e6
+                print(f"{n:>8} {label:>7} {rates[i]:>14,.0f} {pct(recall[i], .5):>8.2f} ms "
+                      f"{pct(recall[i], .99):>8.2f} ms {pct(hydrate[i], .5):>9.2f} ms "
+                      f"{pct(hydrate[i], .99):>9.2f} ms {aigpt if i else '-':>14} {size:>7.1f}")
             if n == sizes[0]:
-                single = single_inserts(store, random.Random(1))
-            conn.close()
-    print(f"single-row memory_store path (autocommit, dedupe check): {single:,.0f} rows/s "
-          f"at {sizes[0]} rows")
+                singles = [single_inserts(s, random.Random(1)) for s in (old, new)]
+            for c in conns:
+                c.close()
+    print(f"single-row memory_store path (autocommit, dedupe check) at {sizes[0]} rows: "
+          f"old {singles[0]:,.0f} rows/s, new {singles[1]:,.0f} rows/s")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import apsw
+
+from gantry.memory import ranking
+from gantry.memory.ranking import QUERY_TERMS, Term, Tokens, idf, match_expr, quoted, recency
+
 KINDS = ("fact", "preference", "person", "episode", "insight")
 DURABLE = ("fact", "preference", "person")
 SUBJECT_MAX = 80
@@ -23,16 +28,15 @@ HYDRATE_MAX = 30
 HYDRATE_HITS = 10
 RECALL_MAX = 10
 FORGET_MAX = 5
-QUERY_TERMS = 16
 CANDIDATES = 200  # rows an all-words (forget) match considers, newest first
 MMAP_BYTES = 256 << 20
 PER_TERM = 64  # newest matches read per query word: bounds recall's cost on a common word
+RESCORE = 20  # best rows by matched IDF that are re-scored with BM25 from their own tokens
+TOKENIZER = ("unicode61", "remove_diacritics", "2")  # memory_fts's, under its Porter stemmer
 TTL_DAYS = {"episode": 30}  # per kind; kinds not listed never expire (spec §7.1)
-RECENCY_DAYS = 30.0  # a row this old weighs half as much as a fresh one with the same BM25
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 FIRST = datetime.min.replace(tzinfo=UTC)  # the stored format's range (4-digit years)
 LAST = datetime.max.replace(tzinfo=UTC)
-_WORD = re.compile(r"\w+")
 _SPACE = re.compile(r"\s+")
 _LINE = re.compile(r"\((fact|preference|person|episode|insight)\) ([^:\n]*): (.*)\Z", re.DOTALL)
 
@@ -143,13 +147,8 @@ def parse_line(text: str, default_kind: str = "fact") -> tuple[str, str, str]:
 
 
 def terms(text: str, limit: int = QUERY_TERMS) -> list[str]:
-    """Distinct lowercase words of `text` (first `limit`), the only part a query keeps."""
-    out: dict[str, None] = {}
-    for word in _WORD.findall(text.lower()):
-        out.setdefault(word, None)
-        if len(out) >= limit:
-            break
-    return list(out)
+    """Distinct lowercase words of `text` (first `limit`)."""
+    return ranking.words(text, limit)
 
 
 def fts_query(text: str, mode: str = "or", limit: int = QUERY_TERMS) -> str | None:
@@ -158,11 +157,7 @@ def fts_query(text: str, mode: str = "or", limit: int = QUERY_TERMS) -> str | No
     Every word becomes a double-quoted string, so operators (AND/OR/NOT/NEAR), `*`, `-`,
     `:`, `^`, quotes and parentheses in user text are plain characters to FTS5.
     """
-    words = terms(text, limit)
-    if not words:
-        return None
-    joiner = " OR " if mode == "or" else " AND "
-    return joiner.join('"' + w.replace('"', '""') + '"' for w in words)
+    return match_expr(terms(text, limit), "OR" if mode == "or" else "AND")
 
 
 def validate(kind: str, subject: str, content: str) -> tuple[str, str, str]:
@@ -195,25 +190,6 @@ def render_block(rows: Sequence[Row]) -> str:
 def render_hits(rows: Sequence[Row]) -> str:
     """Recall / forget output for the model and the CLI: ids and dates shown."""
     return "\n".join(f"#{r.id} {r.line()} ({r.created_at[:10]})" for r in rows)
-
-
-def rank(rows: Iterable[tuple[Row, float]], now: float, limit: int) -> list[Row]:
-    """Order hits by relevance (higher = better) weighted by recency of the last update."""
-
-    def score(item: tuple[Row, float]) -> tuple[float, int]:
-        row, relevance = item
-        try:
-            age = max(0.0, now - parse_time(row.updated_at).timestamp()) / 86_400
-        except ValueError:
-            age = 0.0
-        return relevance / (1.0 + age / RECENCY_DAYS), int(row.id) if row.id.isdecimal() else 0
-
-    return [r for r, _ in sorted(rows, key=score, reverse=True)[:limit]]
-
-
-def idf(df: float, total: float) -> float:
-    """BM25's inverse document frequency (the +1 form: never negative)."""
-    return math.log(1.0 + (total - df + 0.5) / (df + 0.5))
 
 
 def estimate_df(found: Sequence[int], top: int, per_term: int) -> float:
@@ -251,6 +227,9 @@ class MemoryStore:
         conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
         self.ttl_days = dict(TTL_DAYS if ttl_days is None else ttl_days)
         self.clock = clock
+        # The index's own tokenizers, so recall's re-scoring sees exactly the words it matched.
+        self._stemmer = conn.fts5_tokenizer("porter", list(TOKENIZER))
+        self._exact = conn.fts5_tokenizer(TOKENIZER[0], list(TOKENIZER[1:]))
 
     def now(self) -> str:
         return iso(self.clock())
@@ -372,56 +351,120 @@ class MemoryStore:
     def search(
         self, query: str, limit: int = RECALL_MAX, mode: str = "or", active: bool = True
     ) -> list[Row]:
-        """Rows matching the words of `query`, best first (IDF-weighted matches × recency).
+        """Rows matching the words of `query`, best first (BM25 × a small recency bonus).
 
         FTS5's bm25() counts every match of every term to get its IDF, which costs O(matches)
-        per query (hundreds of ms at 100k rows for a common word). Here each term reads only
-        its newest PER_TERM matches (FTS5 walks a doclist in rowid order and stops at the
-        LIMIT), and the IDF comes from those: exact for rare terms, estimated for common ones.
-        mode="and" keeps only rows containing every word (used by forget).
+        per query (hundreds of ms at 100k rows for a common word). Here each content word
+        reads only its newest PER_TERM matches in the stemmed index (FTS5 walks a doclist in
+        rowid order and stops at the LIMIT), and the IDF comes from those: exact for rare
+        terms, estimated for common ones. The RESCORE rows with the most matched IDF are then
+        scored with BM25 from their own tokens (ranking.relevance), so a row is credited for
+        every query word it holds, not only for words whose newest matches it was among.
+        mode="and" keeps only rows containing every word exactly (used by forget).
         """
-        words = terms(query)
-        if not words or limit <= 0:
+        if limit <= 0:
             return []
-        top = int(self.conn.execute("SELECT coalesce(max(id), 0) FROM memory").fetchone()[0])
-        scores: dict[int, float] = {}
         if mode == "and":
-            for (rid,) in self.conn.execute(
+            return self._containing_all(query, limit, active)
+        top = int(self.conn.execute("SELECT coalesce(max(id), 0) FROM memory").fetchone()[0])
+        coarse: dict[int, float] = {}
+        wanted: list[Term] = []
+        seen: set[tuple[str, ...]] = set()
+        for word in ranking.query_words(query):
+            stems = tuple(self._tokens(word, stem=True))
+            if not stems or stems in seen:
+                continue
+            seen.add(stems)
+            found = [
+                int(r[0])
+                for r in self.conn.execute(
+                    "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? "
+                    "ORDER BY rowid DESC LIMIT ?",
+                    (quoted(word), PER_TERM),
+                )
+            ]
+            weight = idf(estimate_df(found, top, PER_TERM), max(top, 1))
+            wanted.append(Term(tuple(self._tokens(word, stem=False)), stems, weight))
+            for rid in found:
+                coarse[rid] = coarse.get(rid, 0.0) + weight
+        best = sorted(coarse, key=lambda r: (coarse[r], r), reverse=True)[
+            : max(RESCORE, limit * 2)
+        ]
+        rows = self._fetch(best, active)
+        if not rows:
+            return []
+        tokens = [self._row_tokens(r) for r in rows]
+        avg = sum(len(t.stems) for t in tokens) / len(tokens)
+        now = self.clock()
+        scored = [
+            (ranking.relevance(wanted, t, avg) * recency(self._age_days(r, now)), int(r.id), r)
+            for r, t in zip(rows, tokens, strict=True)
+        ]
+        scored.sort(key=lambda x: (x[0], x[1]), reverse=True)
+        return [r for _, _, r in scored[:limit]]
+
+    def _containing_all(self, query: str, limit: int, active: bool) -> list[Row]:
+        """Active rows holding every word of `query` as written (the stemmed index finds
+        candidates, the exact tokens decide), most recently updated first."""
+        words = terms(query)
+        match = match_expr(words, "AND")
+        if match is None:
+            return []
+        ids = [
+            int(r[0])
+            for r in self.conn.execute(
                 "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? "
                 "ORDER BY rowid DESC LIMIT ?",
-                (fts_query(query, "and"), CANDIDATES),
-            ):
-                scores[int(rid)] = 1.0
-        else:
-            for word in words:
-                found = [
-                    int(r[0])
-                    for r in self.conn.execute(
-                        "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? "
-                        "ORDER BY rowid DESC LIMIT ?",
-                        ('"' + word.replace('"', '""') + '"', PER_TERM),
-                    )
-                ]
-                weight = idf(estimate_df(found, top, PER_TERM), max(top, 1))
-                for rid in found:
-                    scores[rid] = scores.get(rid, 0.0) + weight
-        best = sorted(scores, key=lambda r: (scores[r], r), reverse=True)[: max(20, limit * 2)]
-        if not best:
+                (match, CANDIDATES),
+            )
+        ]
+        need = [tuple(self._tokens(w, stem=False)) for w in words]
+        out = []
+        for row in self._fetch(ids, active):
+            have = set(self._tokens(f"{row.subject} {row.content}", stem=False))
+            if all(set(n) <= have for n in need):
+                out.append(row)
+        out.sort(key=lambda r: (r.updated_at, int(r.id)), reverse=True)
+        return out[:limit]
+
+    def _fetch(self, ids: Sequence[int], active: bool) -> list[Row]:
+        """The rows with these ids (only active ones if `active`), in no particular order."""
+        if not ids:
             return []
         where = (
             "AND superseded_by IS NULL AND (expires_at IS NULL OR expires_at > ?)"
             if active
             else ""
         )
-        params: list[Any] = [*best, self.now()] if active else list(best)
-        rows = [
+        params: list[Any] = [*ids, self.now()] if active else list(ids)
+        return [
             _row(v)
             for v in self.conn.execute(
-                f"SELECT {COLUMNS} FROM memory WHERE id IN ({','.join('?' * len(best))}) {where}",
+                f"SELECT {COLUMNS} FROM memory WHERE id IN ({','.join('?' * len(ids))}) {where}",
                 params,
             )
         ]
-        return rank(((r, scores[int(r.id)]) for r in rows), self.clock(), limit)
+
+    def _tokens(self, text: str, stem: bool) -> list[str]:
+        """`text` as memory_fts sees it: Porter stems, or (stem=False) the unstemmed words."""
+        tokenizer = self._stemmer if stem else self._exact
+        out: list[str] = tokenizer(
+            text.encode("utf-8", "replace"), apsw.FTS5_TOKENIZE_DOCUMENT, None,
+            include_offsets=False, include_colocated=False,
+        )
+        return out
+
+    def _row_tokens(self, row: Row) -> Tokens:
+        text = f"{row.subject} {row.content}"
+        return Tokens(self._tokens(row.subject, False), self._tokens(text, False),
+                      self._tokens(text, True))
+
+    @staticmethod
+    def _age_days(row: Row, now: float) -> float:
+        try:
+            return max(0.0, now - parse_time(row.updated_at).timestamp()) / 86_400
+        except ValueError:
+            return 0.0
 
     def durable(self, limit: int = HYDRATE_MAX) -> list[Row]:
         """Active facts, preferences and people, most recently updated first."""

@@ -1,0 +1,123 @@
+"""Recall ranking, pure parts: which words of a query count, and how a candidate row scores.
+
+The store (store.py) finds candidates in the Porter-stemmed FTS5 index and tokenizes them
+with the same FTS5 tokenizers; everything here works on those token lists, so it can be
+property-tested without a database. The constants were tuned on conversational-memory
+questions (bench/memory_quality.py); docs/memory.md explains the ranking.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+QUERY_TERMS = 16
+K1 = 1.2  # BM25 term-frequency saturation
+B = 0.75  # BM25 length normalization
+SUBJECT_BOOST = 1.25  # the query names what the row is about (a word of its subject)
+STEM_WEIGHT = 0.9  # a match by stem only ('adopted' for 'adopt') against an exact match
+RECENCY_WEIGHT = 0.1  # a fresh row scores at most this much more than an old one
+RECENCY_DAYS = 30.0  # ... halving with every RECENCY_DAYS of age
+_WORD = re.compile(r"\w+")
+
+# Function words of English questions and statements: they match most rows and carry no
+# topic. Dropped from recall queries (never from forget's all-words match), unless a query
+# has nothing else.
+_STOPWORDS = """
+a about above after again against all am an and any are as at be because been before being
+below between both but by can could did do does doing down during each few for from further
+had has have having he her here hers herself him himself his how i if in into is it its
+itself just me more most my myself no nor not now of off on once only or other our ours
+ourselves out over own same she should so some such than that the their theirs them
+themselves then there these they this those through to too under until up very was we were
+what when where which while who whom why will with would you your yours yourself
+yourselves s t ve ll re d m
+"""
+STOPWORDS = frozenset(_STOPWORDS.split())
+
+
+def words(text: str, limit: int = QUERY_TERMS) -> list[str]:
+    """Distinct lowercase words of `text` (first `limit`)."""
+    out: dict[str, None] = {}
+    for word in _WORD.findall(text.lower()):
+        out.setdefault(word, None)
+        if len(out) >= limit:
+            break
+    return list(out)
+
+
+def query_words(text: str, limit: int = QUERY_TERMS) -> list[str]:
+    """The words recall looks for: every distinct content word (stopwords dropped), or all
+    words when the query is nothing but stopwords ('who am I')."""
+    every = words(text, 10 * limit)
+    content = [w for w in every if w not in STOPWORDS]
+    return (content or every)[:limit]
+
+
+def quoted(word: str) -> str:
+    """One FTS5 string token: operators, `*`, `:`, `^`, quotes and brackets lose meaning."""
+    return '"' + word.replace('"', '""') + '"'
+
+
+def match_expr(terms: Sequence[str], joiner: str = "OR") -> str | None:
+    """An FTS5 MATCH expression over `terms` that is never a syntax error; None if empty."""
+    parts = [quoted(t) for t in terms if t]
+    return f" {joiner} ".join(parts) if parts else None
+
+
+def idf(df: float, total: float) -> float:
+    """BM25's inverse document frequency (the +1 form: never negative)."""
+    return math.log(1.0 + (total - df + 0.5) / (df + 0.5))
+
+
+@dataclass(frozen=True)
+class Term:
+    """One query word: its exact tokens, its stems (as the index has them) and its IDF."""
+
+    exact: tuple[str, ...]
+    stems: tuple[str, ...]
+    weight: float
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """A candidate row as token lists: its subject's words, and subject + content as exact
+    (unicode61) and stemmed (Porter) tokens."""
+
+    subject: Sequence[str]
+    exact: Sequence[str]
+    stems: Sequence[str]
+
+
+def _count(tokens: Sequence[str], want: tuple[str, ...]) -> int:
+    """How often the word occurs: the rarest of its tokens (a word may be several tokens)."""
+    if len(want) == 1:  # nearly every word: skip the generator
+        return tokens.count(want[0])
+    return min((tokens.count(t) for t in want), default=0)
+
+
+def relevance(terms: Sequence[Term], row: Tokens, avg_length: float) -> float:
+    """BM25 of `row` (subject and content as one text) for `terms`, a match by stem alone
+    STEM_WEIGHT of an exact one; × SUBJECT_BOOST when a query word is a word of the row's
+    subject (a question about Caroline prefers rows about her over rows naming her).
+
+    A separate subject column weight (×2) was measured and changed nothing: the boost is
+    what makes the subject count."""
+    norm = K1 * (1.0 - B + B * len(row.stems) / max(avg_length, 1.0))
+    score = 0.0
+    named = False
+    for term in terms:
+        tf = _count(row.stems, term.stems)
+        if tf <= 0:
+            continue
+        named = named or _count(row.subject, term.exact) > 0
+        exact = _count(row.exact, term.exact) > 0
+        score += term.weight * tf * (K1 + 1.0) / (tf + norm) * (1.0 if exact else STEM_WEIGHT)
+    return score * SUBJECT_BOOST if named else score
+
+
+def recency(age_days: float) -> float:
+    """A tie-breaker, not a ranking: 1 + RECENCY_WEIGHT for a fresh row, → 1 with age."""
+    return 1.0 + RECENCY_WEIGHT * 0.5 ** (max(0.0, age_days) / RECENCY_DAYS)

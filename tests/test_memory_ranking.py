@@ -1,0 +1,205 @@
+"""Recall ranking (issue 30): stems, exact over stem, content words, subject, recency as a
+tie-breaker; the query builder never makes an FTS5 syntax error; migration 0008 re-indexes
+an existing database in place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import apsw
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gantry import db
+from gantry.memory import ranking
+from gantry.memory.ranking import Term, Tokens
+from gantry.memory.store import MemoryStore
+
+DAY = 86_400.0
+
+
+class Clock:
+    def __init__(self, t: float = 1_780_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: Clock) -> Any:
+    conn = db.connect(tmp_path / "g.db")
+    yield MemoryStore(conn, clock=clock)
+    conn.close()
+
+
+def ids(rows: list[Any]) -> list[str]:
+    return [r.id for r in rows]
+
+
+# ---------------------------------------------------------------------- ranking
+
+
+def test_word_forms_match_by_stem_and_exact_words_rank_first(store: MemoryStore) -> None:
+    stem_only, _ = store.add("fact", "ana", "adopted a cat from the shelter")
+    exact, _ = store.add("fact", "ana", "wants to adopt a dog one day")
+    assert ids(store.search("adopt")) == [exact.id, stem_only.id]
+    assert ids(store.search("which games")) == []
+    game, _ = store.add("fact", "ana", "plays a board game on Sundays")
+    assert ids(store.search("which games does she play?")) == [game.id]
+
+
+def test_a_strong_old_match_beats_a_weak_fresh_one(store: MemoryStore, clock: Clock) -> None:
+    """Recency breaks ties; it no longer divides relevance by 1 + age/30 days."""
+    old, _ = store.add("fact", "chris", "climbs at the boulder gym on Tuesdays")
+    clock.t += 300 * DAY
+    store.add("episode", "chris", "went to the gym")
+    assert ids(store.search("where does chris climb boulders?"))[0] == old.id
+
+
+def test_rows_about_the_named_subject_win(store: MemoryStore) -> None:
+    about, _ = store.add("person", "mom", "drinks green tea every morning")
+    store.add("fact", "chris", "drinks green tea with mom")
+    assert ids(store.search("what does mom drink?"))[0] == about.id
+
+
+def test_stopwords_do_not_pull_rows_in(store: MemoryStore) -> None:
+    for i in range(80):
+        store.add("episode", "log", f"it was what it was, and that is the way {i}")
+    target, _ = store.add("fact", "mom", "her birthday is in March")
+    assert ids(store.search("what is the birthday that it was?")) == [target.id]
+    assert store.search("what is it?")  # nothing but stopwords: they are the query
+
+
+def test_forget_by_query_still_needs_every_word_as_written(store: MemoryStore) -> None:
+    plural, _ = store.add("fact", "ana", "plays games in the park")
+    singular, _ = store.add("fact", "ana", "plays a game in the park")
+    deleted, more = store.forget("games park")
+    assert ids(deleted) == [plural.id] and more == 0
+    assert ids(store.search("game park")) == [singular.id]
+
+
+def test_every_query_word_counts_for_a_candidate_beyond_the_per_term_cap(
+    store: MemoryStore,
+) -> None:
+    """A common word's newest matches are capped (PER_TERM); the re-score still credits an
+    older row holding it (a guard for the re-score, not a fix: the old ranking passed too)."""
+    old, _ = store.add("fact", "nate", "plays video games with friends")
+    for i in range(100):
+        store.add("episode", "nate", f"nate said hello {i}")
+    store.add("fact", "joanna", "watched a video about cooking")
+    assert ids(store.search("what video games does nate play?"))[0] == old.id
+
+
+# ---------------------------------------------------------------------- pure parts
+
+
+def test_query_words_drop_stopwords_unless_nothing_is_left() -> None:
+    assert ranking.query_words("What did Caroline research?") == ["caroline", "research"]
+    assert ranking.query_words("who am I") == ["who", "am", "i"]
+    assert ranking.query_words("*** --- ()") == []
+    assert len(ranking.query_words(" ".join(f"w{i}" for i in range(50)))) == ranking.QUERY_TERMS
+
+
+def _tokens(subject: list[str], content: list[str], stems: list[str] | None = None) -> Tokens:
+    return Tokens(subject, subject + content, subject + (content if stems is None else stems))
+
+
+def test_relevance_prefers_exact_and_subject_matches() -> None:
+    term = Term(("adopt",), ("adopt",), 2.0)
+    exact = ranking.relevance([term], _tokens(["ana"], ["adopt", "a", "dog"]), 3.0)
+    stem = ranking.relevance(
+        [term], _tokens(["ana"], ["adopted", "a", "dog"], ["adopt", "a", "dog"]), 3.0
+    )
+    assert exact > stem > 0
+    name = Term(("ana",), ("ana",), 1.0)
+    about = ranking.relevance([name], _tokens(["ana"], ["has", "a", "dog"]), 3.0)
+    naming = ranking.relevance([name], _tokens(["bo"], ["ana", "a", "dog"]), 3.0)
+    assert about > naming > 0
+    assert ranking.relevance([term], _tokens([], ["no", "match"]), 2.0) == 0.0
+
+
+def test_recency_is_a_bounded_tie_breaker() -> None:
+    assert ranking.recency(0) == pytest.approx(1 + ranking.RECENCY_WEIGHT)
+    assert 1.0 <= ranking.recency(10_000) < ranking.recency(30) < ranking.recency(0)
+
+
+TEXT = st.text(
+    alphabet=st.sampled_from(list('abc xyz"\'()*-+:^{}[],.;NEAR AND OR NOT\\\x00\n\tüß日本_')),
+    max_size=60,
+) | st.text(max_size=80)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=TEXT, joiner=st.sampled_from(["OR", "AND"]))
+def test_no_text_makes_an_fts5_syntax_error(text: str, joiner: str) -> None:
+    """The builder's output, and each word it quotes, are valid MATCH expressions for the
+    stemmed index (a quoted string is a plain token sequence to FTS5)."""
+    conn = apsw.Connection(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5 (subject, content, "
+                 "tokenize = 'porter unicode61 remove_diacritics 2')")
+    conn.execute("INSERT INTO t VALUES ('seed', 'NEAR AND \"quoted\" (paren * star')")
+    words = ranking.query_words(text)
+    expr = ranking.match_expr(words, joiner)
+    assert (expr is None) == (not words)
+    for query in [expr, *(ranking.quoted(w) for w in words)]:
+        if query is not None:
+            conn.execute("SELECT count(*) FROM t WHERE t MATCH ?", (query,)).fetchone()
+
+
+@settings(max_examples=200, deadline=None)
+@given(query=TEXT)
+def test_recall_ranks_any_text_without_error(query: str, tmp_path_factory: Any) -> None:
+    conn = db.connect(tmp_path_factory.mktemp("r") / "g.db")
+    store = MemoryStore(conn)
+    store.add("fact", "seed", 'NEAR AND "quoted" (paren * star -minus üß 日本')
+    assert len(store.search(query)) <= 1
+    assert len(store.hydrate(query)) <= 1
+    conn.close()
+
+
+# ---------------------------------------------------------------------- migration 0008
+
+
+def test_migration_0008_reindexes_a_0007_database_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "gantry.db"
+    conn = apsw.Connection(str(path))
+    with conn:
+        for version, _name, sql in db.migrations()[:7]:
+            conn.execute(sql)
+            conn.execute(f"PRAGMA user_version = {version}")
+    t = "2026-01-01T00:00:00.000000Z"
+    rows = [
+        ("fact", "ana", "adopted a cat from the shelter", "chat", 1.0, t, t, None, None),
+        ("episode", "ana", "played board games on Sunday", "consolidation", 0.5, t, t,
+         "2099-01-01T00:00:00.000000Z", None),
+        ("fact", "ana", "had a cat", "chat", 1.0, t, t, None, 1),
+    ]
+    with conn:
+        for r in rows:
+            conn.execute(
+                "INSERT INTO memory (kind, subject, content, source, confidence, created_at, "
+                "updated_at, expires_at, superseded_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", r)
+    before = conn.execute("SELECT * FROM memory ORDER BY id").fetchall()
+    assert conn.execute("SELECT rowid FROM memory_fts WHERE memory_fts MATCH 'adopt'"
+                        ).fetchall() == []  # the 0007 index has no stems
+    conn.close()
+
+    conn = db.connect(path)  # applies 0008 and later
+    assert conn.execute("SELECT * FROM memory ORDER BY id").fetchall() == before
+    conn.execute("INSERT INTO memory_fts (memory_fts) VALUES ('integrity-check')")
+    store = MemoryStore(conn, clock=lambda: 1_767_225_600.0)  # 2026-01-01
+    assert [r.content for r in store.search("adopt")] == [rows[0][2]]
+    assert [r.content for r in store.search("which game")] == [rows[1][2]]
+    new, _ = store.add("fact", "bo", "likes hiking")  # the re-created triggers index new rows
+    assert ids(store.search("hike")) == [new.id]
+    store.delete(int(new.id))
+    assert store.search("hike") == []
+    conn.close()
