@@ -606,6 +606,11 @@ class Host:
         s = self.servers.get(server)
         return s.instructions if s else ""
 
+    def unavailable(self) -> list[tuple[str, str]]:
+        """(name, last error) of each server without a session: an optional one that has
+        not come up, or one being restarted."""
+        return [(s.name, s.error or s.state) for s in self.servers.values() if s.session is None]
+
     def status_lines(self) -> list[str]:
         return [s.status() for s in self.servers.values()]
 
