@@ -58,3 +58,33 @@ def test_check_and_tools_list_cover_remote_and_optional_servers(tmp_path: Path) 
     assert listing.returncode == 0, listing.stderr
     assert "every__echo" in listing.stdout
     assert "not connected: MCP server opt (optional" in listing.stdout
+
+
+def test_run_calls_a_remote_tool_and_status_shows_the_server(tmp_path: Path) -> None:
+    from tests.fakes.openai import Call, Reply, ToolCalls
+    from tests.procs import ChildIO
+
+    with everything_http() as srv, FakeOpenAI(api_key=KEY) as model:
+        manifest = tmp_path / "mcp.toml"
+        manifest.write_text(
+            toml_remote("every", srv.url, headers={"Authorization": "Bearer ${MCP_TOKEN}"}))
+        model.push(ToolCalls([Call("every__echo", {"message": "over http"}, id="r1")]),
+                   Reply("remote ok"))
+        proc = subprocess.Popen([sys.executable, "-m", "gantry", "run"], cwd=ROOT,
+                                env=_env(tmp_path, manifest, model.base_url),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        run = ChildIO(proc)
+        try:
+            run.send("use the remote tool")
+            run.expect("remote ok\n", timeout=120)
+            tool = [m["content"] for m in model.requests[1].messages if m["role"] == "tool"]
+            assert tool == ["Echo: over http"]
+            run.send("/status")
+            assert "mcp every: up, 13 tools" in run.expect("restarts\n")
+            run.close_stdin()
+            assert run.wait_exit(30) == 0, run.stderr[-3000:]
+        finally:
+            run.kill()
+    assert "Traceback" not in run.stderr
+    assert HEADER_SECRET not in run.stderr + run.stdout and KEY not in run.stderr
