@@ -162,16 +162,19 @@ async def open_remote(
     make = _factory(spec, environ, remote)
     log.info("mcp server connecting", extra={"server": spec.name, "url": spec.where,
                                              "transport": spec.transport})
-    async with _transport(spec, make, auth) as (read, write):
-        sink, source = anyio.create_memory_object_stream[Any](0)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_forward, read, sink, remote)
-            try:
-                yield remote, source, write
-            finally:
-                tg.cancel_scope.cancel()
-                source.close()
-    log.info("mcp server disconnected", extra={"server": spec.name, "reason": remote.reason})
+    try:
+        async with _transport(spec, make, auth) as (read, write):
+            sink, source = anyio.create_memory_object_stream[Any](0)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_forward, read, sink, remote)
+                try:
+                    yield remote, source, write
+                finally:
+                    tg.cancel_scope.cancel()
+                    source.close()
+    finally:
+        log.info("mcp server disconnected", extra={"server": spec.name,
+                                                   "reason": remote.reason or remote.trouble})
 
 
 @asynccontextmanager
