@@ -252,3 +252,58 @@ async def test_a_required_server_that_is_down_fails_boot_naming_it() -> None:
     text = str(info.value)
     assert text.startswith(f"MCP server 'req' ({url}) could not connect:"), text
     assert "ConnectError" in text
+
+
+async def test_https_trusts_the_ca_bundle_gantry_trusts(tmp_path: Path) -> None:
+    from tests.fakes.pki import make_pki
+
+    pki = make_pki(tmp_path)
+    ca = tmp_path / "ca.pem"
+    ca.write_text(pki.ca_pem)
+    with fixture_http(env={"FIXTURE_TLS_CERT": str(pki.cert_file),
+                           "FIXTURE_TLS_KEY": str(pki.key_file)}) as srv:
+        url = srv.url.replace("http://", "https://")
+        trusted = {**ENV, "SSL_CERT_FILE": str(ca)}
+        async with running(toml_remote("tls", url), trusted) as host:
+            assert (await host.call("tls", "echo", {"text": "over tls"})).text == "over tls"
+        host = Host(parse(toml_remote("tls", url), ENV), Registry(), ENV)  # certifi only
+        async with anyio.create_task_group() as tg:
+            with pytest.raises(ServerStartError) as info:
+                await host.start(tg)
+    text = str(info.value)
+    assert "CERTIFICATE_VERIFY_FAILED" in text and "add its CA to the bundle" in text, text
+
+
+async def test_proxy_variables_are_obeyed_and_no_proxy_bypasses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """HTTP_PROXY/NO_PROXY as the model client reads them (the process environment)."""
+    seen: list[str] = []
+
+    async def proxy(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            head = await stream.receive()
+            seen.append(head.split(b"\r\n", 1)[0].decode())
+            await stream.send(b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n"
+                              b"connection: close\r\n\r\n")
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    with fixture_http() as srv:
+        for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY",
+                     "no_proxy", "http_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(listener.serve, proxy)
+            host = Host(parse(toml_remote("px", srv.url), ENV), Registry(), ENV)
+            async with anyio.create_task_group() as tg:
+                with pytest.raises(ServerStartError) as info:
+                    await host.start(tg)
+            assert "HTTP 502" in str(info.value)
+            assert seen and seen[0] == f"POST {srv.url} HTTP/1.1"
+            monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+            async with running(toml_remote("px", srv.url)) as direct:
+                assert (await direct.call("px", "echo", {"text": "direct"})).text == "direct"
+            assert len(seen) == 1
+            outer.cancel_scope.cancel()

@@ -97,7 +97,11 @@ class _Client(httpx2.AsyncClient):
         except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
             if ticket is not None:
                 ticket.undelivered = True
-            self.remote.trouble = f"cannot connect to {where}: {type(exc).__name__}: {exc}"[:300]
+            from gantry.tls import handshake_hint
+
+            hint = handshake_hint(str(exc))
+            self.remote.trouble = (f"cannot connect to {where}: {type(exc).__name__}: "
+                                   f"{str(exc)[:300]}" + (f" ({hint})" if hint else ""))
             if request.method == "GET":
                 self.remote.mark_closed(f"its event stream could not reconnect ({exc})"[:300])
             raise

@@ -9,6 +9,7 @@ the caller's session: every later request naming it is answered HTTP 400 with a 
 error without an id, as server-everything answers after a restart; its open event stream
 stays open, so only the next request can notice).
 
+FIXTURE_TLS_CERT / FIXTURE_TLS_KEY: serve HTTPS with that certificate (tests/fakes/pki.py).
 FIXTURE_LEAK=1: every request is answered HTTP 401 with a JSON-RPC error that quotes the
 request's Authorization header back (a careless server), to show gantry never repeats it.
 """
@@ -125,7 +126,9 @@ def main() -> None:
     app: Any = _forgetful(server.streamable_http_app())
     if os.environ.get("FIXTURE_LEAK") == "1":
         app = _leaky(app)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    tls = {"ssl_certfile": os.environ["FIXTURE_TLS_CERT"],
+           "ssl_keyfile": os.environ["FIXTURE_TLS_KEY"]} if "FIXTURE_TLS_CERT" in os.environ else {}
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", **tls)
 
 
 if __name__ == "__main__":
