@@ -79,9 +79,23 @@ async def test_server_everything_over_http_lists_and_calls(mode: str) -> None:
             assert line.startswith("every: up, 13 tools"), line
 
 
+async def test_legacy_sse_server_restart_is_reconnected() -> None:
+    """Legacy SSE has one stream: it ends with the server, and gantry reconnects."""
+    with everything_http("sse") as srv:
+        async with running(toml_remote("every", srv.url, transport="sse")) as host:
+            server = host.servers["every"]
+            first = server.session
+            await anyio.to_thread.run_sync(srv.restart)
+            await until(lambda: server.session not in (None, first), what="a new session")
+            result = await host.call("every", "echo", {"message": "two"})
+            assert (result.text, result.error) == ("Echo: two", False)
+            assert len(host.tools("every")) == 13
+
+
 async def test_server_everything_restart_loses_the_session_and_it_is_renewed() -> None:
     """After a restart server-everything answers the old session id with HTTP 400 (a JSON-RPC
-    error without an id); gantry re-initialises and the next call works."""
+    error without an id); gantry re-initialises and the next call works. The restart blocks
+    the event loop, so the call is the first to meet the lost session."""
     with everything_http() as srv:
         async with running(toml_remote("every", srv.url)) as host:
             server = host.servers["every"]

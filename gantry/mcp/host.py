@@ -245,11 +245,15 @@ class Server:
             self.state = "open" if self.breaker.state == "open" else "restarting"
             self.error = _redacted(reason.split("\n", 1)[0])
             # An optional server that never came up was logged once; its retries are debug.
-            log.log(logging.WARNING if ever_up else logging.DEBUG,
-                    "mcp server down; restarting",
-                    extra={"server": self.name, "reason": reason,
-                           "in_seconds": round(delay, 2), "attempt": attempt,
-                           "breaker": self.breaker.state})
+            if quick:
+                log.info("mcp session lost; re-initialising",
+                         extra={"server": self.name, "reason": reason})
+            else:
+                log.log(logging.WARNING if ever_up else logging.DEBUG,
+                        "mcp server down; restarting",
+                        extra={"server": self.name, "reason": reason,
+                               "in_seconds": round(delay, 2), "attempt": attempt,
+                               "breaker": self.breaker.state})
             await anyio.sleep(delay)
             self.state = "restarting"
 
