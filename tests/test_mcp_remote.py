@@ -321,3 +321,25 @@ async def test_proxy_variables_are_obeyed_and_no_proxy_bypasses(
                 assert (await direct.call("px", "echo", {"text": "direct"})).text == "direct"
             assert len(seen) == 1
             outer.cancel_scope.cancel()
+
+
+async def test_a_call_waiting_on_a_person_is_off_the_clock() -> None:
+    """Server.waiting_on_a_person() (for an elicitation relayed to the user) holds the
+    deadlines of the server's calls in flight: 3 s of silence pass a 1 s timeout."""
+    manifest = toml_server("every", everything_command(), timeout=1)
+    async with running(manifest) as host:
+        server = host.servers["every"]
+        done: list[object] = []
+
+        async def call() -> None:
+            done.append(await host.call("every", "trigger-long-running-operation",
+                                        {"duration": 3, "steps": 1}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            await until(lambda: server._deadlines, what="the call in flight")
+            with server.waiting_on_a_person():
+                await until(lambda: done, what="the call's answer")
+        (result,) = done
+        assert not result.error, result.text  # type: ignore[attr-defined]
+        assert not server._deadlines
