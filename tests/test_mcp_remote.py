@@ -343,3 +343,13 @@ async def test_a_call_waiting_on_a_person_is_off_the_clock() -> None:
         (result,) = done
         assert not result.error, result.text  # type: ignore[attr-defined]
         assert not server._deadlines
+
+
+async def test_an_optional_child_that_cannot_start_does_not_stop_boot() -> None:
+    manifest = toml_server("broken", ["/bin/false"]) + "required = false\n"
+    async with running(manifest) as host:
+        server = host.servers["broken"]
+        assert server.session is None
+        line = host.status_lines()[0]
+        assert line.startswith("broken: restarting (optional, last error: MCP server 'broken'")
+        assert "it exited with code 1" in line, line
