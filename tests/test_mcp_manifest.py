@@ -88,7 +88,7 @@ command = "{PY}"
     assert "server 'a': duplicate name" in text
     assert "server 'bad name!': name must match" in text
     assert "server 'typo': unknown key 'argz'" in text
-    assert "server 'wrongtype': command: Expected `str`, got `int`" in text
+    assert "server 'wrongtype': command: Expected `str | null`, got `int`" in text
     assert "server 'nocmd': command 'definitely-not-a-command-xyz' is neither" in text
     assert "server 'unset': ${NOT_SET_ANYWHERE} is used but not set" in text
     assert "server #8: missing required key 'name'" in text
@@ -130,7 +130,8 @@ _value = st.one_of(
     st.text(max_size=12), st.integers(), st.booleans(), st.lists(st.text(max_size=5), max_size=3),
     st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=2), st.none(),
 )
-_keys = st.sampled_from(["name", "command", "args", "env", "cwd", "timeout_seconds", "extra"])
+_keys = st.sampled_from(["name", "command", "args", "env", "cwd", "timeout_seconds", "extra",
+                        "url", "transport", "headers", "allow_http", "required"])
 
 
 def _toml(servers: list[dict[str, object]]) -> str:
