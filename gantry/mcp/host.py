@@ -11,6 +11,7 @@ a circuit breaker stops hammering one that keeps failing. Public API for other p
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections import deque
@@ -22,9 +23,11 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from gantry import elicit
 from gantry.mcp import convert, wire
 from gantry.mcp.breaker import Breaker
 from gantry.mcp.child import INVALID_MESSAGE, Child, open_child
+from gantry.mcp.elicitation import Clock, Elicitor, InFlight
 from gantry.mcp.manifest import ServerSpec
 from gantry.mcp.validate import ArgsValidator, compile_schema
 from gantry.tools import Registry, Tool, ToolError, mcp_source
@@ -121,9 +124,11 @@ class Server:
 
     def __init__(
         self, spec: ServerSpec, registry: Registry, environ: Mapping[str, str],
-        hidden: Collection[str] = (),
+        hidden: Collection[str] = (), elicitor: Elicitor | None = None,
     ) -> None:
         self.spec = spec
+        self.elicitor = elicitor  # None: the elicitation capability is not declared
+        self.inflight = InFlight()
         self.name = spec.name
         self.source = mcp_source(spec.name)  # its own namespace: never a built-in's source
         self.registry = registry
@@ -225,8 +230,14 @@ class Server:
             read, write,
             read_timeout_seconds=INIT_TIMEOUT,
             message_handler=self._on_message,
+            elicitation_callback=self._on_elicit if self.elicitor is not None else None,
             client_info=Implementation(name="gantry", version=__version__),
         )
+
+    async def _on_elicit(self, context: Any, params: Any) -> Any:
+        """A server's elicitation/create: asked of the user of the turn whose call it serves."""
+        assert self.elicitor is not None
+        return await self.elicitor.answer(self.name, self.inflight, params)
 
     async def _initialize(self, session: Any, child: Child) -> None:
         """initialize + tools/list; a child that dies meanwhile fails it at once (its stdout
@@ -361,9 +372,9 @@ class Server:
     ) -> CallResult:
         """Call `tool` on this server; every failure is a CallResult with error=True.
 
-        The timeout is the SDK request's own (its clock runs from the moment the request is
-        handed to our transport, whose write buffer never makes that wait): one cancel scope
-        per call instead of two, and the server gets a courtesy notifications/cancelled.
+        The timeout is our Clock's, not the SDK request's: it stops while the server waits
+        for the user to answer an elicitation (gantry/mcp/elicitation.py). A call cut by it
+        is cancelled in the SDK, which sends the server a courtesy notifications/cancelled.
         """
         if validator is not None and (problem := validator.violation(args)) is not None:
             return CallResult(problem, error=True)
@@ -385,7 +396,15 @@ class Server:
         self._started_calls += 1
         number = self._started_calls
         try:
-            result = await session.call_tool(tool, args, self.spec.timeout_seconds)
+            with anyio.CancelScope() as scope, self.inflight.running(
+                elicit.TURN.get(), Clock(scope, self.spec.timeout_seconds)
+            ):
+                result = await session.call_tool(tool, args, math.inf)  # ours, not the SDK's
+            if scope.cancelled_caught:
+                from mcp.shared.exceptions import MCPError
+                from mcp_types import REQUEST_TIMEOUT
+
+                raise MCPError(REQUEST_TIMEOUT, f"tools/call {tool!r} timed out")
         except Exception as exc:
             return self._call_failed(tool, stats, started, number, exc)
         finally:
@@ -457,12 +476,14 @@ class Host:
 
     def __init__(
         self, specs: Sequence[ServerSpec], registry: Registry, environ: Mapping[str, str],
-        hidden: Mapping[str, Collection[str]] | None = None,
+        hidden: Mapping[str, Collection[str]] | None = None, elicitor: Elicitor | None = None,
     ) -> None:
         """`hidden`: per server, MCP tool names not registered as model tools (the memory
-        backend's protocol tools, which the builtin memory_* tools already route to)."""
+        backend's protocol tools, which the builtin memory_* tools already route to).
+        `elicitor`: relays servers' questions to the turn's user (else none are asked)."""
         hidden = hidden or {}
-        self.servers = {s.name: Server(s, registry, environ, hidden.get(s.name, ()))
+        self.elicitor = elicitor
+        self.servers = {s.name: Server(s, registry, environ, hidden.get(s.name, ()), elicitor)
                         for s in specs}
 
     def names(self) -> list[str]:
