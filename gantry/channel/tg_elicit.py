@@ -26,6 +26,7 @@ NOT_YOURS = "Only the person whose message started this can answer."
 CLOSED = "This question is closed."
 TAP = "Tap a button, or type your answer."
 TAP_ONLY = "Tap a button."
+TEXT_MAX = 3500  # of a server's text in one question (a Telegram message holds 4096)
 
 
 @dataclass
@@ -82,7 +83,8 @@ class TelegramDialog:
             return op.answer
 
     async def tell(self, caller: Caller, text: str) -> None:
-        await self.bot.send_message(chat_id=int(caller.chat_id), text=text, parse_mode=None)
+        await self.bot.send_message(chat_id=int(caller.chat_id), text=text[:TEXT_MAX],
+                                    parse_mode=None)
 
     async def _send(self, chat: int, op: _Open) -> int:
         from aiogram.types import InlineKeyboardButton, InlineKeyboardMarkup
@@ -94,7 +96,8 @@ class TelegramDialog:
                 [InlineKeyboardButton(text=c[:64], callback_data=f"{PREFIX}:{op.nonce}:{i}")]
                 for i, c in enumerate(q.choices)])
         hint = (TAP if q.typed else TAP_ONLY) if q.choices else ""
-        text = f"{q.text}\n\n{hint}" if hint else q.text
+        body = q.text if len(q.text) <= TEXT_MAX else q.text[:TEXT_MAX] + "…"
+        text = f"{body}\n\n{hint}" if hint else body
         msg = await self.bot.send_message(chat_id=chat, text=text, reply_markup=markup,
                                           parse_mode=None)
         return int(msg.message_id)

@@ -77,6 +77,9 @@ class Elicitor:
 
     timeout: float = elicit.DEFAULT_TIMEOUT
     dialogs: dict[str, Dialog] = field(default_factory=dict)
+    # One conversation per chat at a time: two calls of one round asking at once would
+    # otherwise interleave their questions.
+    _chats: dict[tuple[str, str], anyio.Lock] = field(default_factory=dict)
 
     def attach(self, channel: Any) -> None:
         """Ask through `channel` if it can (it has a `dialog`)."""
@@ -102,13 +105,15 @@ class Elicitor:
                         "mode": getattr(params, "mode", "form")})
         for clock in clocks:
             clock.pause()
+        lock = self._chats.setdefault((caller.channel, caller.chat_id), anyio.Lock())
         try:
-            if isinstance(params, ElicitRequestURLParams):
-                outcome = await elicit.converse_url(dialog, caller, server, params.message,
-                                                    params.url, self.timeout)
-            else:
-                outcome = await elicit.converse_form(dialog, caller, server, params.message,
-                                                     params.requested_schema, self.timeout)
+            async with lock:
+                if isinstance(params, ElicitRequestURLParams):
+                    outcome = await elicit.converse_url(dialog, caller, server, params.message,
+                                                        params.url, self.timeout)
+                else:
+                    outcome = await elicit.converse_form(dialog, caller, server, params.message,
+                                                         params.requested_schema, self.timeout)
         except Exception as exc:  # the channel failed to ask (Telegram down): nobody answered
             log.warning("elicitation failed; cancelled", extra={
                 "server": server, "error": f"{type(exc).__name__}: {exc}"[:300]})
