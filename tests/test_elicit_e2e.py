@@ -20,12 +20,13 @@ from tests.fakes.mcp_servers import everything_command, toml_server
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
 from tests.fakes.telegram import FakeTelegram
 from tests.test_cron_e2e import STARTUP, schedule_script
+from tests.test_repl_tty import Repl, repl
 from tests.test_stdio_e2e import Gantry as StdioGantry
 from tests.test_stdio_e2e import fake, spawn
 from tests.test_telegram_e2e import USER, Gantry, fakes, no_secrets, run, wait
 
 pytestmark = pytest.mark.slow
-__all__ = ["fake", "fakes", "run", "spawn"]  # fixtures used by name below
+__all__ = ["fake", "fakes", "repl", "run", "spawn"]  # fixtures used by name below
 
 TOOL = "every__trigger-elicitation-request"
 STRANGER_IN_LIST = 4343  # allowlisted, but not the turn's author
@@ -201,3 +202,24 @@ def test_stdio_numbered_choices(
     g.close_stdin()
     assert g.wait_exit() == 0
     g.assert_clean()
+
+
+def test_terminal_answers_are_typed_at_the_prompt_and_ctrl_c_cancels(
+    repl: Callable[..., Repl], fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake.push(ToolCalls([Call(TOOL, {}, id="t1")]), Reply("terminal done"))
+    r = repl(MCP_MANIFEST=manifest(tmp_path), CRON_ENABLED="false")
+    r.expect("> ", timeout=STARTUP)
+    r.type("ask me\r")
+    r.expect("  1. Answer\n  2. Decline\n> ", timeout=STARTUP)
+    r.type("1\r")
+    r.expect("(1/13) String\nYour full, legal name\n> ")
+    r.type("Ada\r")  # echoed as typed, then the next question
+    r.expect("Ada\n(2/13) Boolean (optional)")
+    r.type("\x03")  # Ctrl-C during a question cancels it; the turn goes on
+    r.expect("Cancelled.\n")
+    r.expect("terminal done\n> ")
+    assert raw(tool_results(fake)[-1]) == {"action": "cancel"}
+    assert r.proc.poll() is None and len(fake.requests) == 2
+    r.type("\x04")
+    assert r.wait_exit() == 0

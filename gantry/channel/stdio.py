@@ -301,10 +301,7 @@ class StdioChannel:
 
         threading.Thread(target=read_keys, name="stdin", daemon=True).start()
 
-        async def next_line() -> str:
-            return (await lines_out.receive())[0]
-
-        self.dialog.next_line = next_line
+        self.dialog.next_line = self.dialog.typed_line
         self.dialog.on_prompt = self._redraw
         ready()
         if self.intro is not None:
@@ -337,11 +334,12 @@ class StdioChannel:
                         self._drawn += _width(text)
                     elif event == "redraw" and self._prompt_shown:
                         self._redraw()
-                    elif event == "interrupt" and self.dialog.asking:
-                        self._editor.clear()  # Ctrl-C cancels the server's question
-                        lines.send_nowait(("/cancel", True))
-                    elif (event == "submit" and is_stop(text) and self._current is not None
-                          and not self.dialog.asking):
+                    elif event in ("submit", "interrupt") and self.dialog.asking:
+                        self._editor.clear()  # the answer to a server's question
+                        self.out.write("\n")
+                        self._prompt_shown = False
+                        self.dialog.answer(text if event == "submit" else "/cancel")
+                    elif event == "submit" and is_stop(text) and self._current is not None:
                         self._interrupt(respond)  # typed /stop: what Ctrl-C does
                     elif event == "submit":
                         idle = self._prompt_shown

@@ -3,8 +3,11 @@ line, read from the REPL's own input while the turn waits (docs/mcp.md#elicitati
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from typing import TextIO
+
+import anyio
 
 from gantry.elicit import Caller, Question
 
@@ -42,6 +45,15 @@ class StdioDialog:
         self.next_line: Callable[[], Awaitable[str]] | None = None  # set while the REPL serves
         self.asking = False
         self.on_prompt: Callable[[], None] | None = None  # the terminal's prompt redraw
+        # The terminal's lines typed while a question is open (lines typed ahead before it
+        # stay messages): `answer` feeds them, `typed_line` is its `next_line`.
+        self._typed_in, self._typed = anyio.create_memory_object_stream[str](math.inf)
+
+    def answer(self, line: str) -> None:
+        self._typed_in.send_nowait(line)
+
+    async def typed_line(self) -> str:
+        return await self._typed.receive()
 
     async def ask(self, caller: Caller, question: Question) -> str:
         if self.next_line is None:
