@@ -196,3 +196,28 @@ async def test_without_an_elicitor_the_capability_is_not_declared() -> None:
         names = {t.name for t in host.tools("every")}
         tg.cancel_scope.cancel()
     assert TRIGGER not in names
+
+
+ASK_TOOLS = json.dumps({"tools": [{"name": "ask", "description": "Ask the user one thing.",
+                                   "inputSchema": {"type": "object", "properties": {}}}]})
+
+
+async def test_the_static_fixture_asks_too() -> None:
+    """The C fixture's `ask` (what the frozen binary's test uses, tests/binary) round trip."""
+    from tests.fakes.mcp_servers import static_fixture
+
+    elicitor = Elicitor(dialogs={"stdio": Script(lambda q: "1" if "Proceed" in q.text
+                                                 and ") " in q.text else elicit.ANSWER)})
+    host = Host(parse(toml_server("st", [str(static_fixture())], env={"STATIC_TOOLS": ASK_TOOLS}),
+                      BASE_ENV), Registry(), BASE_ENV, None, elicitor)
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(BOOT):
+            await host.start(tg)
+        token = elicit.TURN.set(ME)
+        try:
+            result = await host.call("st", "ask", {})
+        finally:
+            elicit.TURN.reset(token)
+        tg.cancel_scope.cancel()
+    assert not result.error, result.text
+    assert "'action':'accept'" in result.text and "'ok':true" in result.text
