@@ -204,7 +204,7 @@ async def test_telegram_only_the_author_answers_and_stop_still_stops() -> None:
         assert not dialog.take_message(-100, 8, "No")  # someone else in the group: a message
         dialog.take_button(press(data, 8, "q1"))  # someone else's press: refused
         dialog.take_button(press("el:stale:0", 7, "q2"))
-        assert dialog.take_message(-100, 7, "no")  # the author's typed answer is taken
+        assert dialog.take_message(-100, 7, "@Gantry_Bot no", "gantry_bot")  # the author's
         await anyio.sleep(0.05)
     assert got == ["no"]
     assert bot.answered == [("q1", NOT_YOURS), ("q2", CLOSED)]

@@ -370,7 +370,8 @@ class TelegramChannel:
                 self._stranger(user)
                 continue
             text = msg.text
-            if text is not None and self.dialog.take_message(msg.chat.id, user, text):
+            if text is not None and self.dialog.take_message(msg.chat.id, user, text,
+                                                             self._me_username):
                 continue  # an answer to a server's question: not a message for the model
             stop = text is not None and is_stop(text)
             if stop:

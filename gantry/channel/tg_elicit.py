@@ -114,12 +114,16 @@ class TelegramDialog:
 
     # ------------------------------------------------------------------ from the poller
 
-    def take_message(self, chat: int, user: int, text: str) -> bool:
+    def take_message(self, chat: int, user: int, text: str, bot_username: str = "") -> bool:
         """Whether a message answers the chat's open question (then it is no turn). /stop
-        cancels the question and still stops the turn, so it is not taken."""
+        cancels the question and still stops the turn, so it is not taken. A leading
+        @mention of the bot (how a group message addresses it) is no part of the answer."""
         op = self._open.get(chat)
         if op is None or op.user != user:
             return False
+        mention = f"@{bot_username}".casefold()
+        if bot_username and text.strip().casefold().startswith(mention):
+            text = text.strip()[len(mention):].strip()
         word = text.strip().split(maxsplit=1)[0].split("@", 1)[0].lower() if text.strip() else ""
         if word == "/stop":
             op.resolve("/cancel")
