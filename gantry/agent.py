@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import anyio
 
-from gantry import __version__
+from gantry import __version__, elicit
 from gantry.channel.base import Inbound, ReplyStream, TurnFailed, unknown_command
 from gantry.prompt import assemble, system_text, time_footer
 from gantry.salvage import StreamGate, parse_arguments, printed_calls, split_reasoning
@@ -198,6 +198,8 @@ class Agent:
         command = msg.text.strip().split(maxsplit=1)[0].lower() if msg.text.strip() else ""
         command = command.split("@", 1)[0]  # Telegram's /cmd@botname form
         caller = CALLER.set(msg.session_id)
+        asker = elicit.TURN.set(elicit.Caller(msg.channel, msg.chat_id, msg.user_id,
+                                              group=msg.group, scheduled=msg.scheduled))
         try:
             if command == "/new":
                 self.sessions.reset(msg.session_id)
@@ -223,6 +225,7 @@ class Agent:
                 raise TurnFailed(f"turn failed ({type(exc).__name__})", TURN_FAILED) from None
             return TURN_FAILED
         finally:
+            elicit.TURN.reset(asker)
             CALLER.reset(caller)
 
     @property

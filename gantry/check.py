@@ -283,12 +283,14 @@ async def check_mcp(cfg: Config, environ: Mapping[str, str]) -> list[Result]:
 async def _probe_server(spec: Any, environ: Mapping[str, str]) -> Result:
     import anyio
 
+    from gantry.mcp.elicitation import Elicitor
     from gantry.mcp.host import Host, ServerStartError
     from gantry.tools import Registry
 
     name = f"mcp {spec.name}"
     started = time.monotonic()
-    host = Host([spec], Registry(), environ)
+    # Capabilities as `gantry run` declares them: some servers list tools by them.
+    host = Host([spec], Registry(), environ, elicitor=Elicitor())
     failed: str | None = None
     tools = 0
     async with anyio.create_task_group() as tg:

@@ -61,6 +61,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     cron_max_jobs: int = 50
     cron_tick_seconds: int = 15
     stream_replies: bool = False
+    elicitation_timeout_seconds: int = 300
     log_level: str = "info"
     log_format: str = "auto"
 
@@ -85,6 +86,7 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "memory_consolidate_minutes": (0, 10_080),
     "cron_max_jobs": (1, 10_000),
     "cron_tick_seconds": (1, 3_600),
+    "elicitation_timeout_seconds": (10, 86_400),
 }
 
 REQUIRED = ("llm_base_url", "llm_api_key", "llm_model")

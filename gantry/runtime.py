@@ -141,9 +141,11 @@ def load_mcp(cfg: Config, environ: Mapping[str, str], registry: Any) -> Any:
         raise BootError(str(exc)) from None
     if not specs:
         return None
+    from gantry.mcp.elicitation import Elicitor
     from gantry.mcp.host import Host
 
-    return Host(specs, registry, environ, memory_only(cfg))
+    return Host(specs, registry, environ, memory_only(cfg),
+                elicitor=Elicitor(timeout=float(cfg.elicitation_timeout_seconds)))
 
 
 def memory_only(cfg: Config) -> dict[str, frozenset[str]]:
@@ -211,6 +213,8 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
         zone=user_zone(cfg.cron_tz),
     )
     channel = build_channel(cfg, conn, tls, agent)
+    if mcp_host is not None:
+        mcp_host.elicitor.attach(channel)  # servers' questions are asked through it
     turns = Turns(settle=agent.sessions.settle_stopped)
     respond = turns.wrap(agent)
     cron = None

@@ -48,6 +48,7 @@ MEANINGS: dict[str, str] = {
     "cron_max_jobs": "maximum active scheduled jobs",
     "cron_tick_seconds": "how often due jobs are checked",
     "stream_replies": "stream tokens (stdio) / edit the Telegram message in place",
+    "elicitation_timeout_seconds": "seconds one question of an MCP server waits for an answer",
     "log_level": "debug, info, warning or error",
     "log_format": "auto (text on a terminal, else JSON lines), json or text",
 }

@@ -41,6 +41,7 @@ def test_defaults_match_spec() -> None:
     assert cfg.stream_replies is False and cfg.log_level == "info"
     assert cfg.telegram_groups == "off"
     assert cfg.log_format == "auto"
+    assert cfg.elicitation_timeout_seconds == 300
     assert config.load({**BASE, **TG}).telegram_allowed_users == (42,)
 
 
@@ -55,6 +56,7 @@ def test_field_names_are_the_spec_variables() -> None:
         "MEMORY_BACKEND",
         "MEMORY_CONSOLIDATE_MINUTES", "CRON_ENABLED", "CRON_TZ", "CRON_MAX_JOBS",
         "CRON_TICK_SECONDS", "STREAM_REPLIES", "LOG_LEVEL", "LOG_FORMAT",
+        "ELICITATION_TIMEOUT_SECONDS",
     }
 
 

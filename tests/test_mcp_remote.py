@@ -19,6 +19,7 @@ import pytest
 
 from gantry import log as logsetup
 from gantry.mcp import host as hostmod
+from gantry.mcp.deadline import held
 from gantry.mcp.host import Host, ServerStartError
 from gantry.mcp.manifest import load, parse
 from gantry.tools import Registry
@@ -324,8 +325,8 @@ async def test_proxy_variables_are_obeyed_and_no_proxy_bypasses(
 
 
 async def test_a_call_waiting_on_a_person_is_off_the_clock() -> None:
-    """Server.waiting_on_a_person() (for an elicitation relayed to the user) holds the
-    deadlines of the server's calls in flight: 3 s of silence pass a 1 s timeout."""
+    """Holding the deadlines of a server's calls in flight (what an elicitation relayed to
+    the user does): 3 s of silence pass a 1 s timeout."""
     manifest = toml_server("every", everything_command(), timeout=1)
     async with running(manifest) as host:
         server = host.servers["every"]
@@ -337,12 +338,12 @@ async def test_a_call_waiting_on_a_person_is_off_the_clock() -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(call)
-            await until(lambda: server._deadlines, what="the call in flight")
-            with server.waiting_on_a_person():
+            await until(lambda: server.inflight.calls, what="the call in flight")
+            with held([d for _, d in server.inflight.calls.values()]):
                 await until(lambda: done, what="the call's answer")
         (result,) = done
         assert not result.error, result.text  # type: ignore[attr-defined]
-        assert not server._deadlines
+        assert not server.inflight.calls
 
 
 async def test_an_optional_child_that_cannot_start_does_not_stop_boot() -> None:

@@ -51,7 +51,8 @@ def test_check_and_tools_list_cover_remote_and_optional_servers(tmp_path: Path) 
         listing = _run(["tools", "list"], env)
     lines = {line[5:].split("  ", 1)[0]: line for line in check.stdout.splitlines()
              if line[:4] in ("ok  ", "warn", "FAIL")}
-    assert lines["mcp every"].startswith("ok") and "connected, 13 tools" in lines["mcp every"]
+    # 15: server-everything adds its elicitation tools for a client declaring the capability
+    assert lines["mcp every"].startswith("ok") and "connected, 15 tools" in lines["mcp every"]
     assert lines["mcp opt"].startswith("warn"), check.stdout
     assert "optional, not connected" in lines["mcp opt"] and "ConnectError" in lines["mcp opt"]
     assert check.returncode == 0, check.stdout  # an optional server down is not a failure
@@ -82,7 +83,7 @@ def test_run_calls_a_remote_tool_and_status_shows_the_server(tmp_path: Path) -> 
             tool = [m["content"] for m in model.requests[1].messages if m["role"] == "tool"]
             assert tool == ["Echo: over http"]
             run.send("/status")
-            assert "mcp every: up, 13 tools" in run.expect("restarts\n")
+            assert "mcp every: up, 15 tools" in run.expect("restarts\n")
             run.close_stdin()
             assert run.wait_exit(30) == 0, run.stderr[-3000:]
         finally:

@@ -35,6 +35,7 @@ from gantry.channel.base import (
     is_stop,
     unknown_command,
 )
+from gantry.channel.stdio_elicit import StdioDialog
 
 CHAT_ID = "local"
 SESSION_ID = f"stdio:{CHAT_ID}"
@@ -222,6 +223,7 @@ class StdioChannel:
         self._drawn = 0  # columns of prompt + line on screen
         self._current: Inbound | None = None
         self._stream: StdioStream | None = None
+        self.dialog = StdioDialog(self.out)  # MCP servers' questions (gantry/elicit.py)
 
     async def serve(self, respond: Responder, ready: Callable[[], None]) -> None:
         if self.terminal:
@@ -258,6 +260,11 @@ class StdioChannel:
                 return  # the event loop is gone or stopped listening: shutting down
 
         threading.Thread(target=read_lines, name="stdin", daemon=True).start()
+
+        async def next_line() -> str:
+            return (await receive.receive()).rstrip("\r\n")
+
+        self.dialog.next_line = next_line
         ready()
         with receive:
             while True:
@@ -293,6 +300,9 @@ class StdioChannel:
                 return
 
         threading.Thread(target=read_keys, name="stdin", daemon=True).start()
+
+        self.dialog.next_line = self.dialog.typed_line
+        self.dialog.on_prompt = self._redraw
         ready()
         if self.intro is not None:
             self.out.write(intro_line(self.intro(SESSION_ID)) + "\n")
@@ -324,6 +334,11 @@ class StdioChannel:
                         self._drawn += _width(text)
                     elif event == "redraw" and self._prompt_shown:
                         self._redraw()
+                    elif event in ("submit", "interrupt") and self.dialog.asking:
+                        self._editor.clear()  # the answer to a server's question
+                        self.out.write("\n")
+                        self._prompt_shown = False
+                        self.dialog.answer(text if event == "submit" else "/cancel")
                     elif event == "submit" and is_stop(text) and self._current is not None:
                         self._interrupt(respond)  # typed /stop: what Ctrl-C does
                     elif event == "submit":

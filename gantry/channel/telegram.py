@@ -58,6 +58,7 @@ from gantry.channel.telegram_store import (
     TelegramStore,
     next_attempt,
 )
+from gantry.channel.tg_elicit import TelegramDialog
 from gantry.channel.tgfilter import GROUP_CHATS, LogOnce, addressed
 from gantry.channel.tgformat import (
     TELEGRAM_LIMIT,
@@ -72,7 +73,8 @@ from gantry.channel.tgformat import (
 log = logging.getLogger("gantry.channel.telegram")
 
 POLL_TIMEOUT = 25
-ALLOWED_UPDATES = ["message"]  # edited messages, reactions, etc. are never delivered
+# Edited messages, reactions, etc. are never delivered; callback_query: elicitation buttons.
+ALLOWED_UPDATES = ["message", "callback_query"]
 COMMANDS = [("new", "start a new conversation"), ("status", "uptime, model, history size"),
             ("stop", "stop the reply being written"), ("cancel", "same as /stop"),
             ("help", "what I can do")]
@@ -189,6 +191,7 @@ class TelegramChannel:
         self.poll_timeout = poll_timeout
         session = _Session(ssl_context, api=TelegramAPIServer.from_base(api_url.rstrip("/")))
         self.bot = Bot(token, session=session)
+        self.dialog = TelegramDialog(self.bot)  # MCP servers' questions (gantry/elicit.py)
         self._active: set[int] = set()
         self._turning: dict[int, tuple[int, Inbound]] = {}  # chat → its turn's update, message
         self._edit_at: dict[int, float] = {}  # chat → earliest time the next edit may go
@@ -214,6 +217,7 @@ class TelegramChannel:
             self._pruned_at = time.monotonic()
             async with anyio.create_task_group() as tg:
                 self._tg = tg
+                self.dialog.start(tg)
                 for chat in self.store.pending_chats():
                     self._kick(chat)
                 tg.start_soon(self._publish_commands)
@@ -355,6 +359,9 @@ class TelegramChannel:
         stops: dict[int, int] = {}  # chat → update id of the turn stopped
         idle: list[int] = []  # chats told there is nothing to stop
         for upd in updates:
+            if upd.callback_query is not None:  # a button: answered here, never a turn
+                self.dialog.take_button(upd.callback_query)
+                continue
             msg = upd.message
             if msg is None or not self._chat_ok(msg):
                 continue
@@ -363,6 +370,9 @@ class TelegramChannel:
                 self._stranger(user)
                 continue
             text = msg.text
+            if text is not None and self.dialog.take_message(msg.chat.id, user, text,
+                                                             self._me_username):
+                continue  # an answer to a server's question: not a message for the model
             stop = text is not None and is_stop(text)
             if stop:
                 target = stops.get(msg.chat.id) or self._running_turn(msg.chat.id)

@@ -5,7 +5,7 @@ the user: the server is not the one being slow then)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 import anyio
@@ -50,7 +50,7 @@ class Deadline:
 
 
 @contextmanager
-def held(deadlines: set[Deadline]) -> Iterator[None]:
+def held(deadlines: Iterable[Deadline]) -> Iterator[None]:
     """Stop the clocks of `deadlines` (a server's calls in flight) while the block runs."""
     taken = list(deadlines)
     for d in taken:

@@ -23,10 +23,12 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from gantry import elicit
 from gantry.mcp import convert, wire
 from gantry.mcp.breaker import Breaker
 from gantry.mcp.child import INVALID_MESSAGE
-from gantry.mcp.deadline import Deadline, held
+from gantry.mcp.deadline import Deadline
+from gantry.mcp.elicitation import Elicitor, InFlight
 from gantry.mcp.link import AuthHook, Link, delivery, open_link
 from gantry.mcp.manifest import ServerSpec
 from gantry.mcp.validate import ArgsValidator, compile_schema
@@ -144,8 +146,11 @@ class Server:
     def __init__(
         self, spec: ServerSpec, registry: Registry, environ: Mapping[str, str],
         hidden: Collection[str] = (), auth: AuthHook | None = None,
+        elicitor: Elicitor | None = None,
     ) -> None:
         self.spec = spec
+        self.elicitor = elicitor  # None: the elicitation capability is not declared
+        self.inflight = InFlight()
         self.name = spec.name
         self.source = mcp_source(spec.name)  # its own namespace: never a built-in's source
         self.registry = registry
@@ -156,7 +161,6 @@ class Server:
         self.auth = auth  # gives a remote server's HTTP client its httpx2.Auth (link.py)
         self.error = ""  # why it is not up, for /status and check (an optional server's)
         self._next_up = anyio.Event()  # set (and replaced) as each new session comes up
-        self._deadlines: set[Deadline] = set()  # of the calls in flight
         self.listed: dict[str, ListedTool] = {}
         self.hidden = frozenset(hidden)  # MCP names callable via Host.call, never offered
         self._task_only_said: frozenset[str] = frozenset()
@@ -281,8 +285,14 @@ class Server:
             read, write,
             read_timeout_seconds=INIT_TIMEOUT,
             message_handler=self._on_message,
+            elicitation_callback=self._on_elicit if self.elicitor is not None else None,
             client_info=Implementation(name="gantry", version=__version__),
         )
+
+    async def _on_elicit(self, context: Any, params: Any) -> Any:
+        """A server's elicitation/create: asked of the user of the turn whose call it serves."""
+        assert self.elicitor is not None
+        return await self.elicitor.answer(self.name, self.inflight, params)
 
     async def _initialize(self, session: Any, link: Link) -> None:
         """initialize + tools/list; a child that dies meanwhile fails it at once (its stdout
@@ -417,9 +427,9 @@ class Server:
     ) -> CallResult:
         """Call `tool` on this server; every failure is a CallResult with error=True.
 
-        The timeout is the SDK request's own (its clock runs from the moment the request is
-        handed to our transport, whose write buffer never makes that wait): one cancel scope
-        per call instead of two, and the server gets a courtesy notifications/cancelled.
+        The timeout is our Deadline's, not the SDK request's: it stops while the server waits
+        for the user to answer an elicitation (gantry/mcp/elicitation.py). A call cut by it
+        is cancelled in the SDK, which sends the server a courtesy notifications/cancelled.
         """
         if validator is not None and (problem := validator.violation(args)) is not None:
             return CallResult(problem, error=True)
@@ -462,12 +472,10 @@ class Server:
         timeout = self.spec.timeout_seconds
         with anyio.CancelScope() as scope:
             deadline = Deadline(scope, timeout, call_cap(timeout))
-            self._deadlines.add(deadline)
-
             async def progress(done: float, total: float | None, message: str | None) -> None:
                 deadline.alive()
 
-            try:
+            with self.inflight.running(elicit.TURN.get(), deadline):
                 for attempt in range(2):
                     with delivery() as ticket:
                         try:
@@ -482,14 +490,7 @@ class Server:
                                 raise
                     log.info("mcp call sent again: it never reached the server",
                              extra={"server": self.name, "tool": tool})
-            finally:
-                self._deadlines.discard(deadline)
         raise MCPError(code=REQUEST_TIMEOUT, message=CAPPED if deadline.capped else "timed out")
-
-    def waiting_on_a_person(self) -> Any:
-        """A context manager: while it is open, the calls in flight on this server are off
-        the clock (a question relayed to the user is not the server being slow)."""
-        return held(self._deadlines)
 
     async def _renewed(self, old: Any) -> Any:
         """The session after `old`, once it is up (the caller's deadline bounds the wait)."""
@@ -570,13 +571,17 @@ class Host:
 
     def __init__(
         self, specs: Sequence[ServerSpec], registry: Registry, environ: Mapping[str, str],
-        hidden: Mapping[str, Collection[str]] | None = None, auth: AuthHook | None = None,
+        hidden: Mapping[str, Collection[str]] | None = None, *,
+        auth: AuthHook | None = None, elicitor: Elicitor | None = None,
     ) -> None:
         """`hidden`: per server, MCP tool names not registered as model tools (the memory
         backend's protocol tools, which the builtin memory_* tools already route to).
-        `auth`: gives a remote server's HTTP client its httpx2.Auth (None: no auth)."""
+        `auth`: gives a remote server's HTTP client its httpx2.Auth (None: no auth).
+        `elicitor`: relays servers' questions to the turn's user (else none are asked)."""
         hidden = hidden or {}
-        self.servers = {s.name: Server(s, registry, environ, hidden.get(s.name, ()), auth)
+        self.elicitor = elicitor
+        self.servers = {s.name: Server(s, registry, environ, hidden.get(s.name, ()), auth,
+                                       elicitor)
                         for s in specs}
 
     def names(self) -> list[str]:

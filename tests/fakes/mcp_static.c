@@ -10,6 +10,8 @@
  *   pid          → this process's pid
  *   crash        → exit(1) at once, no answer
  *   env {name}   → the variable's value or <unset>
+ *   ask          → (not listed by default) asks the client one boolean by elicitation/create
+ *                  and answers with the client's reply line verbatim
  * STATIC_TOOLS, when set, is sent as the tools/list result instead (a JSON object with a
  * "tools" list): a test can offer any names or schemas, served by the tools above.
  */
@@ -109,6 +111,24 @@ int main(void) {
                 const char *value = NULL;
                 if (args && field(args, "name", arg, sizeof arg)) value = getenv(arg);
                 text_result(id, value ? value : "<unset>");
+            } else if (strcmp(name, "ask") == 0) {
+                printf("{\"jsonrpc\":\"2.0\",\"id\":\"ask-1\",\"method\":\"elicitation/create\","
+                       "\"params\":{\"message\":\"Proceed with the static step?\","
+                       "\"requestedSchema\":{\"type\":\"object\",\"properties\":{\"ok\":"
+                       "{\"type\":\"boolean\",\"title\":\"Proceed\"}},\"required\":[\"ok\"]}}}\n");
+                fflush(stdout);
+                static char answer[LINE_MAX_BYTES];
+                answer[0] = 0;
+                while (fgets(line, sizeof line, stdin)) {
+                    if (strstr(line, "\"ask-1\"") && !strstr(line, "\"method\"")) {
+                        size_t n = 0;  /* the reply line, quotes made harmless for a text */
+                        for (const char *c = line; *c && *c != '\n' && n + 2 < sizeof answer; c++)
+                            answer[n++] = *c == '"' ? '\'' : *c;
+                        answer[n] = 0;
+                        break;
+                    }
+                }
+                text_result(id, answer);
             } else {
                 fail(id, -32602, "unknown tool");
             }

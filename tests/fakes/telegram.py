@@ -6,7 +6,10 @@ builds them from `TelegramAPIServer.from_base(base_url)`.
 
 Implemented: getMe, deleteWebhook, getUpdates (offset confirmation, long-poll `timeout`,
 `limit`, `allowed_updates`, 409 when a newer poll preempts an older one), sendMessage,
-editMessageText, sendChatAction, setMyCommands. Anything else is a 404 in the Bot API
+editMessageText, sendChatAction, setMyCommands; inline keyboards on sendMessage
+(`reply_markup`, checked like Telegram: button text, 1-64 bytes of callback_data), button
+presses as callback_query updates (`press`), answerCallbackQuery (unknown or twice-answered
+query ids are refused) and editMessageReplyMarkup. Anything else is a 404 in the Bot API
 error shape. sendMessage/editMessageText validate like Telegram does where it matters to
 gantry: empty text, > 4096 UTF-16 units, entities out of range, "message is not modified".
 
@@ -222,6 +225,10 @@ class FakeTelegram(LoopbackServer):
         self._faults: dict[str, deque[Fault]] = {}
         self._lock = threading.Lock()
         self._polls: set[_Poll] = set()
+        self.keyboards: dict[tuple[str, int], list[list[dict[str, Any]]]] = {}  # live ones
+        self.queries: dict[str, str | None] = {}  # callback_query id → its answer's text
+        self._open_queries: set[str] = set()
+        self._query_ids = itertools.count(1)
 
     # ------------------------------------------------------------------ scripting
 
@@ -611,6 +618,89 @@ class FakeTelegram(LoopbackServer):
         return self._message_result(msg, edit_date=int(time.time()))
 
 
+    # ------------------------------------------------------------------ inline keyboards
+
+    def buttons(self, chat_id: int | str) -> list[tuple[int, list[str]]]:
+        """(message id, button texts) of the chat's messages whose keyboards are still live."""
+        with self._lock:
+            return [(mid, [b["text"] for row in rows for b in row])
+                    for (chat, mid), rows in self.keyboards.items() if chat == str(chat_id)]
+
+    def press(self, user_id: int, chat_id: int, label: str) -> dict[str, Any]:
+        """Press the button `label` on the chat's latest live keyboard that has it: a
+        callback_query update, as Telegram sends for a button with callback_data."""
+        with self._lock:
+            found = [(mid, b) for (chat, mid), rows in self.keyboards.items()
+                     if chat == str(chat_id) for row in rows for b in row if b["text"] == label]
+        if not found:
+            raise AssertionError(f"fake Telegram: no live button {label!r} in chat {chat_id}")
+        mid, button = found[-1]
+        return self.press_data(user_id, chat_id, mid, button["callback_data"])
+
+    def press_data(self, user_id: int, chat_id: int, message_id: int,
+                   data: str) -> dict[str, Any]:
+        """A callback_query for any callback_data on any message (stale buttons too)."""
+        with self._lock:
+            msg = self._messages.get((str(chat_id), message_id))
+            query_id = f"q{next(self._query_ids)}"
+            self._open_queries.add(query_id)
+        assert msg is not None, f"fake Telegram: no message {message_id} in chat {chat_id}"
+        query = {"id": query_id, "chat_instance": f"ci{chat_id}", "data": data,
+                 "from": {"id": user_id, "is_bot": False, "first_name": f"user{user_id}"},
+                 "message": self._message_result(msg)}
+        return self.push_update({"callback_query": query})
+
+    def _keyboard(self, params: dict[str, Any]) -> list[list[dict[str, Any]]] | None:
+        markup = params.get("reply_markup")
+        if markup is None:
+            return None
+        rows = markup.get("inline_keyboard") if isinstance(markup, dict) else None
+        if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
+            raise _Reply(400, "Bad Request: can't parse reply keyboard markup JSON object")
+        for row in rows:
+            for b in row:
+                if not isinstance(b, dict) or not str(b.get("text") or "").strip():
+                    raise _Reply(400, "Bad Request: text buttons are unallowed in the inline "
+                                 "keyboard")
+                data = b.get("callback_data")
+                if data is not None and not 1 <= len(str(data).encode()) <= 64:
+                    raise _Reply(400, "Bad Request: BUTTON_DATA_INVALID")
+        return rows
+
+    async def _send_message_keyboard(self, params: dict[str, Any]) -> Any:
+        rows = self._keyboard(params)
+        result = await self._send_message(params)
+        if rows:
+            with self._lock:
+                self.keyboards[(str(params.get("chat_id")), result["message_id"])] = rows
+        return result
+
+    async def _answer_callback_query(self, params: dict[str, Any]) -> Any:
+        query_id = str(params.get("callback_query_id") or "")
+        with self._lock:
+            if query_id not in self._open_queries:
+                raise _Reply(400, "Bad Request: query is too old and response timeout "
+                             "expired or query ID is invalid")
+            self._open_queries.discard(query_id)
+            self.queries[query_id] = params.get("text")
+        return True
+
+    async def _edit_message_reply_markup(self, params: dict[str, Any]) -> Any:
+        key = (str(params.get("chat_id")), int(params.get("message_id") or 0))
+        rows = self._keyboard(params)
+        with self._lock:
+            msg = self._messages.get(key)
+            if msg is None:
+                raise _Reply(400, "Bad Request: message to edit not found")
+            if not rows and key not in self.keyboards:
+                raise _Reply(400, NOT_MODIFIED)
+            if rows:
+                self.keyboards[key] = rows
+            else:
+                self.keyboards.pop(key, None)
+        return self._message_result(msg, edit_date=int(time.time()))
+
+
 _Handler = Callable[[FakeTelegram, dict[str, Any]], Awaitable[Any]]
 _METHODS: dict[str, _Handler] = {
     "getme": FakeTelegram._get_me,
@@ -622,6 +712,11 @@ _METHODS: dict[str, _Handler] = {
     "sendchataction": FakeTelegram._send_chat_action,
     "setmycommands": FakeTelegram._set_my_commands,
 }
+_METHODS.update({  # inline keyboards and their callback queries (elicitation)
+    "sendmessage": FakeTelegram._send_message_keyboard,
+    "answercallbackquery": FakeTelegram._answer_callback_query,
+    "editmessagereplymarkup": FakeTelegram._edit_message_reply_markup,
+})
 
 
 def _answer_error(

@@ -1,0 +1,101 @@
+"""The SDK side of elicitation: which turn a server's `elicitation/create` belongs to, the
+holding of the calls' deadlines while a person answers, and the callback the ClientSession gets.
+
+A server's request carries no link to the tools/call it serves (not on stdio), so each
+server keeps its calls in flight with their turns' callers: when they all belong to one
+person, that person is asked; otherwise (two people's calls at once, or none) the request is
+declined at once rather than shown to someone it may not be meant for.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from gantry import elicit
+from gantry.elicit import Caller, Dialog
+from gantry.mcp.deadline import Deadline, held
+
+log = logging.getLogger("gantry.mcp")
+
+
+@dataclass
+class InFlight:
+    """One server's tool calls in flight: their turns' callers and deadlines."""
+
+    calls: dict[int, tuple[Caller | None, Deadline]] = field(default_factory=dict)
+    _next: int = 0
+
+    @contextmanager
+    def running(self, caller: Caller | None, deadline: Deadline) -> Iterator[None]:
+        self._next += 1
+        key = self._next
+        self.calls[key] = (caller, deadline)
+        try:
+            yield
+        finally:
+            del self.calls[key]
+
+    def owner(self) -> tuple[Caller | None, list[Deadline]]:
+        """The one caller behind every call in flight (else None), and their deadlines."""
+        entries = list(self.calls.values())
+        caller = elicit.unanimous([c for c, _ in entries])
+        return caller, [d for _, d in entries] if caller is not None else []
+
+
+@dataclass
+class Elicitor:
+    """Relays a server's elicitation to the turn's user through the channel's Dialog."""
+
+    timeout: float = elicit.DEFAULT_TIMEOUT
+    dialogs: dict[str, Dialog] = field(default_factory=dict)
+    # One conversation per chat at a time: two calls of one round asking at once would
+    # otherwise interleave their questions.
+    _chats: dict[tuple[str, str], anyio.Lock] = field(default_factory=dict)
+
+    def attach(self, channel: Any) -> None:
+        """Ask through `channel` if it can (it has a `dialog`)."""
+        dialog = getattr(channel, "dialog", None)
+        if dialog is not None:
+            self.dialogs[channel.name] = dialog
+
+    async def answer(self, server: str, inflight: InFlight, params: Any) -> Any:
+        """The ElicitResult for one request; every path ends in one (never an exception)."""
+        from mcp_types import ElicitRequestURLParams, ElicitResult
+
+        caller, deadlines = inflight.owner()
+        if caller is None and inflight.calls:
+            dialog, why = None, "tool calls of more than one chat are running on the server"
+        else:
+            dialog, why = elicit.who_answers(caller, self.dialogs)
+        if dialog is None or caller is None:
+            log.info("elicitation declined: nobody can answer", extra={"server": server,
+                                                                       "why": why})
+            return ElicitResult(action="decline")
+        log.info("elicitation relayed to the user",
+                 extra={"server": server, "channel": caller.channel, "chat_id": caller.chat_id,
+                        "mode": getattr(params, "mode", "form")})
+        lock = self._chats.setdefault((caller.channel, caller.chat_id), anyio.Lock())
+        try:
+            with held(deadlines):  # the user's answering time is not the server being slow
+                async with lock:
+                    if isinstance(params, ElicitRequestURLParams):
+                        outcome = await elicit.converse_url(
+                            dialog, caller, server, params.message, params.url, self.timeout)
+                    else:
+                        outcome = await elicit.converse_form(
+                            dialog, caller, server, params.message, params.requested_schema,
+                            self.timeout)
+        except Exception as exc:  # the channel failed to ask (Telegram down): nobody answered
+            log.warning("elicitation failed; cancelled", extra={
+                "server": server, "error": f"{type(exc).__name__}: {exc}"[:300]})
+            return ElicitResult(action="cancel")
+        log.info("elicitation answered", extra={"server": server, "action": outcome.action})
+        if outcome.action != "accept" or isinstance(params, ElicitRequestURLParams):
+            return ElicitResult(action=outcome.action)
+        return ElicitResult(action="accept", content=dict(outcome.content or {}))
