@@ -31,6 +31,20 @@ class ServerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     env: dict[str, str] = msgspec.field(default_factory=dict)
     cwd: str | None = None
     timeout_seconds: float = DEFAULT_TIMEOUT
+    # OAuth for a remote server (gantry/mcp/oauth.py, docs/mcp.md "OAuth").
+    auth: str | None = None
+    client_id: str | None = None
+    client_secret: str | None = None
+    scopes: list[str] | None = None
+    redirect_uri: str | None = None
+
+    def __repr__(self) -> str:
+        """Like the default, with the secret-bearing values (env, client_secret) hidden."""
+        shown = {f: getattr(self, f) for f in self.__struct_fields__}
+        shown["env"] = {k: "[REDACTED]" for k in self.env}
+        if self.client_secret is not None:
+            shown["client_secret"] = "[REDACTED]"
+        return f"ServerSpec({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
 
 class ManifestError(Exception):
@@ -81,7 +95,8 @@ def _decode_error(where: str, exc: msgspec.ValidationError) -> str:
     return f"{where}: {key or 'value'}: {msg}"
 
 
-ALLOWED = ("name", "command", "args", "env", "cwd", "timeout_seconds")
+ALLOWED = ("name", "command", "args", "env", "cwd", "timeout_seconds",
+           "auth", "client_id", "client_secret", "scopes", "redirect_uri")
 
 
 def _resolve_command(command: str, path_env: str | None) -> str | None:
@@ -159,6 +174,48 @@ def _check(spec: ServerSpec, where: str, environ: Mapping[str, str]) -> list[str
         )
     if spec.cwd is not None and not missing and not os.path.isdir(expand(spec.cwd, environ, set())):
         problems.append(f"{where}: cwd {spec.cwd!r} is not a directory")
+    problems.extend(_check_oauth(spec, where, environ))
+    return problems
+
+
+_SCOPE = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")  # RFC 6749 §3.3 scope-token
+
+
+def _check_oauth(spec: ServerSpec, where: str, environ: Mapping[str, str]) -> list[str]:
+    """The OAuth keys: `auth = "oauth"` only, and the others only with it."""
+    problems: list[str] = []
+    if spec.auth is not None and spec.auth != "oauth":
+        problems.append(f"{where}: auth must be \"oauth\" (the only kind there is), "
+                        f"not {spec.auth!r}")
+    extras = [k for k in ("client_id", "client_secret", "scopes", "redirect_uri")
+              if getattr(spec, k) is not None]
+    if spec.auth is None and extras:
+        problems += [f"{where}: {k} is used only with auth = \"oauth\"" for k in extras]
+    if spec.client_id is not None and not spec.client_id.strip():
+        problems.append(f"{where}: client_id is empty")
+    if spec.client_secret is not None and spec.client_id is None:
+        problems.append(f"{where}: client_secret needs client_id (a client registered in "
+                        "advance); without both gantry registers itself")
+    missing: set[str] = set()
+    expand(spec.client_secret or "", environ, missing)
+    problems += [f"{where}: client_secret: ${{{name}}} is used but not set in gantry's "
+                 "environment" for name in sorted(missing)]
+    for scope in spec.scopes or []:
+        if not _SCOPE.fullmatch(scope):
+            problems.append(f"{where}: scopes: {scope!r} is not one scope (no spaces, quotes "
+                            "or backslashes; list each scope apart)")
+    if spec.redirect_uri is not None:
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(spec.redirect_uri)
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+            problems.append(f"{where}: redirect_uri {spec.redirect_uri!r} must be an absolute "
+                            "http(s) URL (the one registered for client_id)")
+        elif parts.fragment:
+            problems.append(f"{where}: redirect_uri must not have a #fragment")
     return problems
 
 
@@ -175,6 +232,7 @@ def _expanded(spec: ServerSpec, environ: Mapping[str, str]) -> ServerSpec:
         args=[x(a) for a in spec.args],
         env={k: x(v) for k, v in spec.env.items()},
         cwd=x(spec.cwd) if spec.cwd is not None else None,
+        client_secret=x(spec.client_secret) if spec.client_secret is not None else None,
     )
 
 
