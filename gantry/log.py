@@ -22,6 +22,10 @@ _BARE_TOKEN = re.compile(r"\b[0-9]{5,}:[A-Za-z0-9_-]{30,}\b")
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"]+@")
 REDACTED = "[REDACTED]"
 
+# Secrets learnt after the redactors were made (an MCP server's header values): every
+# Redactor hides these too, so logs, `gantry check` and boot errors need no re-wiring.
+_SHARED: list[str] = []
+
 # Attributes every LogRecord has; anything else was passed via `extra=` and is a field.
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
@@ -40,8 +44,14 @@ class Redactor:
                 self.secrets.append(s)
         self.secrets.sort(key=len, reverse=True)
 
+    def all(self) -> list[str]:
+        """This redactor's secrets and the shared ones, longest first."""
+        if not _SHARED:
+            return self.secrets
+        return sorted({*self.secrets, *_SHARED}, key=len, reverse=True)
+
     def text(self, s: str) -> str:
-        for secret in self.secrets:
+        for secret in self.all():
             if secret in s:
                 s = s.replace(secret, REDACTED)
         s = _BOT_URL_TOKEN.sub("bot" + REDACTED, s)
@@ -58,6 +68,13 @@ class Redactor:
         if v is None or isinstance(v, bool | int | float):
             return v
         return self.text(repr(v) if not isinstance(v, BaseException) else str(v))
+
+
+def share_secrets(*secrets: str) -> None:
+    """Make every Redactor (made before or after) hide `secrets` too (short ones excepted)."""
+    for s in secrets:
+        if s and len(s) >= 6 and s not in _SHARED:
+            _SHARED.append(s)
 
 
 def strip_url_credentials(text: str) -> str:
@@ -113,7 +130,7 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = json.dumps(self.fields(record), ensure_ascii=False, default=str)
         # Secrets may contain characters json escapes; scrub the encoded form too.
-        for secret in self.redactor.secrets:
+        for secret in self.redactor.all():
             enc = json.dumps(secret, ensure_ascii=False)[1:-1]
             if enc != secret:
                 line = line.replace(enc, REDACTED)

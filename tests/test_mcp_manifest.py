@@ -88,7 +88,7 @@ command = "{PY}"
     assert "server 'a': duplicate name" in text
     assert "server 'bad name!': name must match" in text
     assert "server 'typo': unknown key 'argz'" in text
-    assert "server 'wrongtype': command: Expected `str`, got `int`" in text
+    assert "server 'wrongtype': command: Expected `str | null`, got `int`" in text
     assert "server 'nocmd': command 'definitely-not-a-command-xyz' is neither" in text
     assert "server 'unset': ${NOT_SET_ANYWHERE} is used but not set" in text
     assert "server #8: missing required key 'name'" in text
@@ -130,7 +130,8 @@ _value = st.one_of(
     st.text(max_size=12), st.integers(), st.booleans(), st.lists(st.text(max_size=5), max_size=3),
     st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=2), st.none(),
 )
-_keys = st.sampled_from(["name", "command", "args", "env", "cwd", "timeout_seconds", "extra"])
+_keys = st.sampled_from(["name", "command", "args", "env", "cwd", "timeout_seconds", "extra",
+                        "url", "transport", "headers", "allow_http", "required"])
 
 
 def _toml(servers: list[dict[str, object]]) -> str:
@@ -187,28 +188,34 @@ def test_oauth_keys_are_checked_naming_server_and_key() -> None:
         f"""
 [[server]]
 name = "kind"
-command = "{PY}"
+url = "https://mcp.example.test/mcp"
 auth = "basic"
 
 [[server]]
 name = "stray"
-command = "{PY}"
+url = "https://mcp.example.test/mcp"
 client_id = "abc"
 scopes = ["read"]
 
 [[server]]
 name = "secret-alone"
-command = "{PY}"
+url = "https://mcp.example.test/mcp"
 auth = "oauth"
 client_secret = "${{UNSET_SECRET}}"
 
 [[server]]
 name = "shapes"
-command = "{PY}"
+url = "https://mcp.example.test/mcp"
+headers = {{ authorization = "Bearer x" }}
 auth = "oauth"
 client_id = " "
 scopes = ["read write", "ok"]
 redirect_uri = "urn:ietf:wg:oauth:2.0:oob"
+
+[[server]]
+name = "child"
+command = "{PY}"
+auth = "oauth"
 """
     )
     assert found == [
@@ -219,24 +226,26 @@ redirect_uri = "urn:ietf:wg:oauth:2.0:oob"
         "advance); without both gantry registers itself",
         "server 'secret-alone': client_secret: ${UNSET_SECRET} is used but not set in "
         "gantry's environment",
+        "server 'shapes': headers: 'authorization' is what auth = \"oauth\" sets; remove one",
         "server 'shapes': client_id is empty",
         "server 'shapes': scopes: 'read write' is not one scope (no spaces, quotes or "
         "backslashes; list each scope apart)",
         "server 'shapes': redirect_uri 'urn:ietf:wg:oauth:2.0:oob' must be an absolute "
         "http(s) URL (the one registered for client_id)",
+        "server 'child': auth is only for url servers (this one has a command)",
     ], found
 
 
 def test_oauth_client_secret_is_expanded_and_kept_out_of_repr() -> None:
     [spec] = parse(
-        f"""
+        """
 [[server]]
 name = "gh"
-command = "{PY}"
-env = {{ API = "${{TOKEN}}" }}
+url = "https://mcp.example.test/mcp"
+headers = { X-Api = "${TOKEN}" }
 auth = "oauth"
 client_id = "gantry-app"
-client_secret = "${{TOKEN}}"
+client_secret = "${TOKEN}"
 scopes = ["repo", "read:org"]
 redirect_uri = "https://example.test/callback"
 """,

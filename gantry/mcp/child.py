@@ -273,6 +273,7 @@ async def open_child(
     request in flight with "connection closed" instead of letting it run to its timeout.
     `warned`: the server's kinds of wire trouble already logged, kept across its restarts.
     """
+    assert spec.command is not None, "a remote server has no child (gantry/mcp/remote.py)"
     process = await anyio.open_process(
         [spec.command, *spec.args],
         env=child_env(environ, spec.env),

@@ -208,7 +208,7 @@ class Server:
             self.state = "restarting"
 
     def _start_message(self, error: str, tail: str) -> str:
-        msg = f"MCP server {self.name!r} ({self.spec.command}) could not start: {error}"
+        msg = f"MCP server {self.name!r} ({self.spec.where}) could not start: {error}"
         if tail:
             msg += "\nlast lines of its stderr:\n  " + "\n  ".join(tail.splitlines()[-10:])
         return msg

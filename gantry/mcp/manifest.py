@@ -1,16 +1,21 @@
 """The MCP manifest (`MCP_MANIFEST`): `[[server]]` tables → validated `ServerSpec`s.
 
-Every problem is collected and reported at once, each naming the server and the key, so one
-boot attempt tells the operator everything that is wrong. Nothing here imports `mcp`.
+A server is a child started over stdio (`command`) or a remote one reached over Streamable
+HTTP or legacy SSE (`url`). Every problem is collected and reported at once, each naming the
+server and the key, so one boot attempt tells the operator everything that is wrong. Header
+values are secrets: a spec's repr hides them, and `secrets()` hands them to the log redactor.
+Nothing here imports `mcp` or `httpx`.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import shutil
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -20,16 +25,39 @@ _VAR = re.compile(r"\$\{([^}]*)\}")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 DEFAULT_TIMEOUT = 60.0
 MAX_TIMEOUT = 3600.0
+STREAMABLE_HTTP = "streamable-http"
+SSE = "sse"
+TRANSPORTS = (STREAMABLE_HTTP, SSE)
+# RFC 9110 token: what a header field name may be.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# Headers the SDK's transports set themselves; a manifest value would break the session.
+_TRANSPORT_HEADERS = frozenset({"mcp-session-id", "mcp-protocol-version", "last-event-id",
+                                "content-type", "content-length", "transfer-encoding",
+                                "accept", "connection"})
+_STDIO_KEYS = ("command", "args", "env", "cwd")
+_OAUTH_KEYS = ("auth", "client_id", "client_secret", "scopes", "redirect_uri")
+_REMOTE_KEYS = ("url", "transport", "headers", "allow_http", *_OAUTH_KEYS)
+HIDDEN = "[REDACTED]"
 
 
 class ServerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """One `[[server]]` table as written (after `${VAR}` expansion)."""
+    """One `[[server]]` table as written (after `${VAR}` expansion).
+
+    Exactly one of `command` (stdio child) and `url` (remote server) is set; `transport`
+    says which protocol a `url` speaks. A new remote key (say `auth`) is a field here, a
+    name in ALLOWED, and a check in `_check_remote`.
+    """
 
     name: str
-    command: str
+    command: str | None = None
     args: list[str] = msgspec.field(default_factory=list)
     env: dict[str, str] = msgspec.field(default_factory=dict)
     cwd: str | None = None
+    url: str | None = None
+    transport: str = STREAMABLE_HTTP
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    allow_http: bool = False
+    required: bool = True
     timeout_seconds: float = DEFAULT_TIMEOUT
     # OAuth for a remote server (gantry/mcp/oauth.py, docs/mcp.md "OAuth").
     auth: str | None = None
@@ -38,13 +66,71 @@ class ServerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     scopes: list[str] | None = None
     redirect_uri: str | None = None
 
+    @property
+    def remote(self) -> bool:
+        """Reached over the network (`url`), not started as a child."""
+        return self.url is not None
+
+    @property
+    def where(self) -> str:
+        """What the server is, for messages: its command, or its URL without query or login."""
+        if self.url is None:
+            return self.command or ""
+        return shown_url(self.url)
+
     def __repr__(self) -> str:
-        """Like the default, with the secret-bearing values (env, client_secret) hidden."""
-        shown = {f: getattr(self, f) for f in self.__struct_fields__}
-        shown["env"] = {k: "[REDACTED]" for k in self.env}
-        if self.client_secret is not None:
-            shown["client_secret"] = "[REDACTED]"
-        return f"ServerSpec({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+        headers = {k: HIDDEN for k in self.headers}
+        if self.remote:
+            return (f"ServerSpec(name={self.name!r}, url={self.where!r}, "
+                    f"transport={self.transport!r}, headers={headers!r}, "
+                    f"required={self.required!r}, timeout_seconds={self.timeout_seconds!r}"
+                    f"{self._auth_repr()})")
+        env = {k: HIDDEN for k in self.env}
+        return (f"ServerSpec(name={self.name!r}, command={self.command!r}, args={self.args!r}, "
+                f"env={env!r}, cwd={self.cwd!r}, required={self.required!r}, "
+                f"timeout_seconds={self.timeout_seconds!r})")
+
+    __str__ = __repr__
+
+    def _auth_repr(self) -> str:
+        if self.auth is None:
+            return ""
+        secret = ", client_secret=" + repr(HIDDEN) if self.client_secret is not None else ""
+        return (f", auth={self.auth!r}, client_id={self.client_id!r}{secret}, "
+                f"scopes={self.scopes!r}, redirect_uri={self.redirect_uri!r}")
+
+
+def shown_url(url: str) -> str:
+    """A URL as messages and logs show it: scheme, host, port and path; no login, query or
+    fragment (either may carry a key)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(an unparsable URL)"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def secrets(specs: list[ServerSpec]) -> list[str]:
+    """Every value the log redactor must hide: header values, and the URL's login and query."""
+    out: list[str] = []
+    for spec in specs:
+        out += [v for v in spec.headers.values() if v]
+        for value in spec.headers.values():  # "Bearer abc…": the token alone, too
+            scheme, _, token = value.partition(" ")
+            if token and scheme.isalpha():
+                out.append(token.strip())
+        if spec.url is not None:
+            parts = urlsplit(spec.url)
+            if parts.query:
+                out.append(parts.query)
+            if "@" in parts.netloc:
+                login = parts.netloc.rpartition("@")[0]
+                out += [login, login.partition(":")[2]]
+    return [s for s in out if s]
 
 
 class ManifestError(Exception):
@@ -95,8 +181,9 @@ def _decode_error(where: str, exc: msgspec.ValidationError) -> str:
     return f"{where}: {key or 'value'}: {msg}"
 
 
-ALLOWED = ("name", "command", "args", "env", "cwd", "timeout_seconds",
-           "auth", "client_id", "client_secret", "scopes", "redirect_uri")
+ALLOWED = ("name", "command", "args", "env", "cwd", "url", "transport", "headers", "allow_http",
+           "required", "timeout_seconds", "auth", "client_id", "client_secret", "scopes",
+           "redirect_uri")
 
 
 def _resolve_command(command: str, path_env: str | None) -> str | None:
@@ -138,7 +225,7 @@ def parse(text: str, environ: Mapping[str, str], path: str = "mcp.toml") -> list
             if isinstance(name, str) and name and not NAME_RE.fullmatch(name):
                 problems.append(f"{where}: name must match [A-Za-z0-9][A-Za-z0-9_-]*")
             continue
-        problems.extend(_check(spec, where, environ))
+        problems.extend(_check(spec, raw, where, environ))
         if spec.name in seen:
             problems.append(
                 f"{where}: duplicate name (server #{seen[spec.name] + 1} has it too)"
@@ -151,12 +238,92 @@ def parse(text: str, environ: Mapping[str, str], path: str = "mcp.toml") -> list
     return [_expanded(s, environ) for s in specs]
 
 
-def _check(spec: ServerSpec, where: str, environ: Mapping[str, str]) -> list[str]:
+def _check(spec: ServerSpec, raw: dict[str, Any], where: str,
+           environ: Mapping[str, str]) -> list[str]:
     problems: list[str] = []
     if not NAME_RE.fullmatch(spec.name):
         problems.append(f"{where}: name must match [A-Za-z0-9][A-Za-z0-9_-]*")
     if not 0 < spec.timeout_seconds <= MAX_TIMEOUT:
         problems.append(f"{where}: timeout_seconds must be between 0 and {MAX_TIMEOUT:g}")
+    if spec.url is not None and spec.command is not None:
+        problems.append(f"{where}: url and command cannot both be set: command starts a "
+                        "child over stdio, url reaches a remote server")
+        return problems
+    if spec.url is None and spec.command is None:
+        problems.append(f"{where}: needs either command (a child over stdio) or url "
+                        "(a remote server)")
+        return problems
+    if spec.url is not None:
+        wrong = [k for k in _STDIO_KEYS if k in raw]
+        problems += [f"{where}: {k} is only for command servers (this one has a url)"
+                     for k in wrong]
+        return problems + _check_remote(spec, where, environ)
+    wrong = [k for k in _REMOTE_KEYS if k in raw]
+    problems += [f"{where}: {k} is only for url servers (this one has a command)"
+                 for k in wrong]
+    return problems + _check_stdio(spec, where, environ)
+
+
+def _check_remote(spec: ServerSpec, where: str, environ: Mapping[str, str]) -> list[str]:
+    problems: list[str] = []
+    assert spec.url is not None
+    if spec.transport not in TRANSPORTS:
+        problems.append(f"{where}: transport {spec.transport!r} is not one of "
+                        f"{', '.join(map(repr, TRANSPORTS))}")
+    for key in spec.headers:
+        if not _TOKEN.fullmatch(key):
+            problems.append(f"{where}: headers: {key!r} is not a valid header name "
+                            "(letters, digits and !#$%&'*+-.^_`|~ only)")
+        elif key.lower() in _TRANSPORT_HEADERS:
+            problems.append(f"{where}: headers: {key!r} is set by the MCP transport itself")
+    missing: set[str] = set()
+    url = expand(spec.url, environ, missing)
+    headers = {k: expand(v, environ, missing) for k, v in spec.headers.items()}
+    for name in sorted(missing):
+        problems.append(f"{where}: ${{{name}}} is used but not set in gantry's environment")
+    for key, value in headers.items():
+        if any(c in value for c in "\r\n\0"):
+            problems.append(f"{where}: headers: the value of {key!r} contains a line break "
+                            "or NUL")
+    problems += [f"{where}: url: {p}" for p in url_problems(url, spec.allow_http)]
+    return problems + _check_oauth(spec, where, environ)
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost" or host.lower().endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def url_problems(url: str, allow_http: bool) -> list[str]:
+    """Why `url` cannot be a remote server's address ([] if it can). Plain http to a host
+    that is not this machine sends the headers (tokens) in the clear: refused unless the
+    manifest says `allow_http = true`. The URL itself is never quoted (it may carry a key)."""
+    if not url.strip():
+        return ["is empty"]
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        _ = parts.port
+    except ValueError as exc:
+        return [f"cannot be parsed ({exc})"]
+    if parts.scheme not in ("http", "https"):
+        scheme = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
+        return [f"{scheme}; it must start with https:// (or http://)"]
+    if not host:
+        return ["has no host"]
+    if parts.scheme == "http" and not allow_http and not _is_loopback(host):
+        return [f"plain http:// to {host!r}, which is not this machine, sends the headers "
+                "unencrypted; use https://, or set allow_http = true"]
+    return []
+
+
+def _check_stdio(spec: ServerSpec, where: str, environ: Mapping[str, str]) -> list[str]:
+    problems: list[str] = []
+    assert spec.command is not None
     for key in spec.env:
         if not _ENV_KEY.fullmatch(key):
             problems.append(f"{where}: env key {key!r} is not a valid variable name")
@@ -174,7 +341,6 @@ def _check(spec: ServerSpec, where: str, environ: Mapping[str, str]) -> list[str
         )
     if spec.cwd is not None and not missing and not os.path.isdir(expand(spec.cwd, environ, set())):
         problems.append(f"{where}: cwd {spec.cwd!r} is not a directory")
-    problems.extend(_check_oauth(spec, where, environ))
     return problems
 
 
@@ -187,10 +353,12 @@ def _check_oauth(spec: ServerSpec, where: str, environ: Mapping[str, str]) -> li
     if spec.auth is not None and spec.auth != "oauth":
         problems.append(f"{where}: auth must be \"oauth\" (the only kind there is), "
                         f"not {spec.auth!r}")
-    extras = [k for k in ("client_id", "client_secret", "scopes", "redirect_uri")
-              if getattr(spec, k) is not None]
+    extras = [k for k in _OAUTH_KEYS[1:] if getattr(spec, k) is not None]
     if spec.auth is None and extras:
         problems += [f"{where}: {k} is used only with auth = \"oauth\"" for k in extras]
+    if spec.auth is not None:
+        problems += [f"{where}: headers: {k!r} is what auth = \"oauth\" sets; remove one"
+                     for k in spec.headers if k.lower() == "authorization"]
     if spec.client_id is not None and not spec.client_id.strip():
         problems.append(f"{where}: client_id is empty")
     if spec.client_secret is not None and spec.client_id is None:
@@ -205,8 +373,6 @@ def _check_oauth(spec: ServerSpec, where: str, environ: Mapping[str, str]) -> li
             problems.append(f"{where}: scopes: {scope!r} is not one scope (no spaces, quotes "
                             "or backslashes; list each scope apart)")
     if spec.redirect_uri is not None:
-        from urllib.parse import urlsplit
-
         try:
             parts = urlsplit(spec.redirect_uri)
         except ValueError:
@@ -225,6 +391,11 @@ def _expanded(spec: ServerSpec, environ: Mapping[str, str]) -> ServerSpec:
     def x(value: str) -> str:
         return expand(value, environ, unused)
 
+    if spec.url is not None:
+        return msgspec.structs.replace(
+            spec, url=x(spec.url), headers={k: x(v) for k, v in spec.headers.items()},
+            client_secret=x(spec.client_secret) if spec.client_secret is not None else None)
+    assert spec.command is not None
     command = x(spec.command)
     return msgspec.structs.replace(
         spec,
@@ -232,7 +403,6 @@ def _expanded(spec: ServerSpec, environ: Mapping[str, str]) -> ServerSpec:
         args=[x(a) for a in spec.args],
         env={k: x(v) for k, v in spec.env.items()},
         cwd=x(spec.cwd) if spec.cwd is not None else None,
-        client_secret=x(spec.client_secret) if spec.client_secret is not None else None,
     )
 
 
@@ -257,4 +427,8 @@ def load(path: str, environ: Mapping[str, str]) -> list[ServerSpec]:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ManifestError(path, ["is not UTF-8 text"]) from None
-    return parse(text, environ, path)
+    specs = parse(text, environ, path)
+    from gantry.log import share_secrets
+
+    share_secrets(*secrets(specs))
+    return specs
