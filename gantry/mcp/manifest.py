@@ -115,10 +115,13 @@ def shown_url(url: str) -> str:
 
 
 def secrets(specs: list[ServerSpec]) -> list[str]:
-    """Every value the log redactor must hide: header values, and the URL's login and query."""
+    """Every value the log redactor must hide: header values, an OAuth client_secret, and the
+    URL's login and query."""
     out: list[str] = []
     for spec in specs:
         out += [v for v in spec.headers.values() if v]
+        if spec.client_secret:
+            out.append(spec.client_secret)
         for value in spec.headers.values():  # "Bearer abc…": the token alone, too
             scheme, _, token = value.partition(" ")
             if token and scheme.isalpha():

@@ -1,0 +1,260 @@
+"""OAuth for remote MCP servers: `gantry mcp login`, stored tokens, refresh, expiry.
+
+Against tests/fakes/mcp_oauth.py: the SDK's own authorization server and resource server on
+127.0.0.1. The operator's browser is httpx following the authorize redirect once; what the
+browser would show in its address bar is pasted into `gantry mcp login`'s stdin.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gantry import db
+from gantry.mcp.login import LoginError, Pasted, parse_pasted
+from gantry.mcp.tokens import TokenStore, problem
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class OAuthServer:
+    def __init__(self, proc: subprocess.Popen[str], base: str) -> None:
+        self.proc = proc
+        self.base = base
+        self.url = f"{base}/mcp"
+
+    def stats(self) -> dict[str, int]:
+        return dict(httpx.get(f"{self.base}/test/stats", timeout=5).json())
+
+    def revoke_all(self) -> None:
+        httpx.post(f"{self.base}/test/revoke", timeout=5).raise_for_status()
+
+
+@pytest.fixture
+def oauth_server() -> Iterator[Callable[..., OAuthServer]]:
+    """Start the fixture (as a subprocess) with the given options; every one is stopped."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(*args: str) -> OAuthServer:
+        proc = subprocess.Popen([sys.executable, "-m", "tests.fakes.mcp_oauth", *args],
+                                cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        started.append(proc)
+        assert proc.stdout is not None
+        base = proc.stdout.readline().strip()
+        assert base.startswith("http://127.0.0.1:"), base
+        for _ in range(100):  # until uvicorn accepts (bounded)
+            try:
+                httpx.get(f"{base}/test/stats", timeout=1)
+                break
+            except httpx.TransportError:
+                import time
+
+                time.sleep(0.05)
+        return OAuthServer(proc, base)
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def follow_authorize(url: str) -> str:
+    """The operator's browser: open the authorization address, consent (the fixture does at
+    once), and return the address it is redirected to."""
+    response = httpx.get(url, follow_redirects=False, timeout=5)
+    assert response.status_code in (302, 303, 307), response.text
+    return response.headers["location"]
+
+
+def manifest(tmp_path: Path, server: OAuthServer, name: str = "remote", **extra: str) -> Path:
+    lines = ["[[server]]", f'name = "{name}"', f'url = "{server.url}"', 'auth = "oauth"']
+    lines += [f"{k} = {json.dumps(v)}" for k, v in extra.items()]
+    path = tmp_path / "mcp.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def gantry_env(tmp_path: Path, manifest_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "TELEGRAM_"))}
+    env.update(DATA_DIR=str(tmp_path / "data"), MCP_MANIFEST=str(manifest_path),
+               PERSONA_DIR=str(tmp_path), LOG_LEVEL="debug")
+    return env
+
+
+def cli_login(env: dict[str, str], name: str, answer: Callable[[str], str] = follow_authorize
+              ) -> tuple[int, str, str]:
+    """`gantry mcp login NAME` as an operator runs it: read the address it prints, paste the
+    answer. Returns (exit code, stdout, stderr)."""
+    err_path = Path(env["DATA_DIR"]).parent / "login.stderr"
+    with err_path.open("w+") as err_file:
+        proc = subprocess.Popen([sys.executable, "-m", "gantry", "mcp", "login", name],
+                                cwd=ROOT, env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=err_file, text=True)
+        assert proc.stdout is not None and proc.stdin is not None
+        seen: list[str] = []
+        try:
+            for _ in range(200):
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                seen.append(line)
+                if line.strip().startswith("http") and "/authorize?" in line:
+                    proc.stdin.write(answer(line.strip()) + "\n")
+                    proc.stdin.flush()
+                    break
+            proc.stdin.close()
+            seen.append(proc.stdout.read())  # not communicate(): it skips what is buffered
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        err_file.seek(0)
+        return proc.returncode, "".join(seen), err_file.read()
+
+
+def stored(tmp_path: Path, name: str = "remote") -> Any:
+    return TokenStore(tmp_path / "data" / "gantry.db").get(name)
+
+
+# ------------------------------------------------------------------ login
+
+
+def test_login_registers_itself_and_stores_tokens_never_printing_them(
+    tmp_path: Path, oauth_server: Callable[..., OAuthServer]
+) -> None:
+    server = oauth_server()
+    env = gantry_env(tmp_path, manifest(tmp_path, server))
+    code, out, err = cli_login(env, "remote")
+    assert code == 0, out + err
+    assert "Logged in to 'remote': 2 tools" in out
+    record = stored(tmp_path)
+    tokens = json.loads(record.tokens)
+    assert tokens["access_token"] and tokens["refresh_token"]
+    assert record.url == server.url and record.login_required is None
+    assert json.loads(record.client_info)["client_id"]  # dynamic registration, stored
+    assert json.loads(record.as_metadata)["token_endpoint"] == f"{server.base}/token"
+    assert server.stats()["registered"] == 1 and server.stats()["code_grants"] == 1
+    secret = json.loads(record.client_info).get("client_secret")
+    for value in (tokens["access_token"], tokens["refresh_token"], secret):
+        assert value and value not in out + err
+    assert problem(record, "remote", server.url, 0) is None
+
+
+def test_login_again_reuses_the_registration(
+    tmp_path: Path, oauth_server: Callable[..., OAuthServer]
+) -> None:
+    server = oauth_server()
+    env = gantry_env(tmp_path, manifest(tmp_path, server))
+    assert cli_login(env, "remote")[0] == 0
+    first = stored(tmp_path)
+    assert cli_login(env, "remote")[0] == 0
+    second = stored(tmp_path)
+    assert server.stats()["registered"] == 1 and server.stats()["code_grants"] == 2
+    assert json.loads(first.client_info)["client_id"] == json.loads(
+        second.client_info)["client_id"]
+    assert first.tokens != second.tokens
+
+
+def test_login_with_a_manifest_client_id_and_a_pasted_code(
+    tmp_path: Path, oauth_server: Callable[..., OAuthServer]
+) -> None:
+    """A server without dynamic registration: the manifest names the client registered in
+    advance; the operator pastes the bare code instead of the whole address."""
+    from urllib.parse import parse_qs, urlsplit
+
+    server = oauth_server("--no-registration", "gantry-test-client")
+    env = gantry_env(tmp_path, manifest(tmp_path, server, client_id="gantry-test-client"))
+
+    def just_the_code(url: str) -> str:
+        return parse_qs(urlsplit(follow_authorize(url)).query)["code"][0]
+
+    code, out, err = cli_login(env, "remote", just_the_code)
+    assert code == 0, out + err
+    record = stored(tmp_path)
+    assert record.client_info is None  # the manifest's client: nothing registered to keep
+    assert server.stats()["registered"] == 0 and server.stats()["code_grants"] == 1
+
+
+def test_login_without_registration_or_client_id_says_what_to_set(
+    tmp_path: Path, oauth_server: Callable[..., OAuthServer]
+) -> None:
+    server = oauth_server("--no-registration", "someone-else")
+    env = gantry_env(tmp_path, manifest(tmp_path, server))
+    code, out, err = cli_login(env, "remote")
+    assert code == 1
+    assert "client registration failed" in out and "set client_id" in out, out
+    assert "Traceback" not in out + err
+    assert stored(tmp_path) is None
+
+
+def test_login_with_closed_stdin_says_how_to_run_it(
+    tmp_path: Path, oauth_server: Callable[..., OAuthServer]
+) -> None:
+    server = oauth_server()
+    env = gantry_env(tmp_path, manifest(tmp_path, server))
+    proc = subprocess.run([sys.executable, "-m", "gantry", "mcp", "login", "remote"], cwd=ROOT,
+                          env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1
+    assert "no input (stdin is closed)" in proc.stdout and "docker compose run" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_login_names_the_oauth_servers_when_the_name_is_wrong(
+    tmp_path: Path, oauth_server: Callable[..., OAuthServer]
+) -> None:
+    server = oauth_server()
+    env = gantry_env(tmp_path, manifest(tmp_path, server))
+    proc = subprocess.run([sys.executable, "-m", "gantry", "mcp", "login", "nope"], cwd=ROOT,
+                          env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1
+    assert "'nope': no server of that name" in proc.stderr and "remote" in proc.stderr
+
+
+def test_pasted_answers() -> None:
+    url = "http://127.0.0.1/callback?code=abc&state=s1&iss=http%3A%2F%2Fas"
+    assert parse_pasted(url, "s0") == Pasted(code="abc", state="s1", iss="http://as")
+    assert parse_pasted("?code=abc&state=s1", "s0") == Pasted(code="abc", state="s1")
+    assert parse_pasted("  abc  \n", "s0") == Pasted(code="abc", state="s0")
+    assert parse_pasted("abc", "s0", needs_iss=True).retry
+    assert parse_pasted("", "s0").retry == "nothing pasted"
+    assert parse_pasted("http://127.0.0.1/callback?state=x", "s0").retry
+    assert parse_pasted("two words", "s0").retry
+    with pytest.raises(LoginError, match="refused: access_denied"):
+        parse_pasted("http://127.0.0.1/callback?error=access_denied&state=x", "s0")
+
+
+# ------------------------------------------------------------------ storage
+
+
+def test_store_rows_and_repr_keep_secrets_out(tmp_path: Path) -> None:
+    path = tmp_path / "gantry.db"
+    db.connect(path).close()
+    store = TokenStore(path, clock=lambda: 100.0)
+    tokens = json.dumps({"access_token": "AT-secret-1", "refresh_token": "RT-secret-1"})
+    store.save_login("s", "https://x/mcp", client_info='{"client_id": "c"}', tokens=tokens,
+                     expires_at=160.0, as_metadata=None, resource_metadata=None)
+    record = store.get("s")
+    assert record is not None and "secret" not in repr(record) and "secret" not in repr(store)
+    assert problem(record, "s", "https://x/mcp", 200.0) is None  # expired, but refreshable
+    assert "another URL" in str(problem(record, "s", "https://y/mcp", 0))
+    assert store.require_login("s", "https://x/mcp", "refused", tokens="other") is False
+    assert store.require_login("s", "https://x/mcp", "refused", tokens=tokens) is True
+    assert problem(store.get("s"), "s", "https://x/mcp", 0) == \
+        "refused; run `gantry mcp login s`"
+    assert problem(None, "s", "https://x/mcp", 0) == "not logged in; run `gantry mcp login s`"
+    read_only = TokenStore(path, read_only=True)
+    assert read_only.get("s") is not None and read_only.get("t") is None
+    with pytest.raises(PermissionError):
+        read_only.delete("s")
+    assert TokenStore(tmp_path / "absent.db", read_only=True).get("s") is None
