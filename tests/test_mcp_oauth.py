@@ -8,13 +8,16 @@ browser would show in its address bar is pasted into `gantry mcp login`'s stdin.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -55,8 +58,6 @@ def oauth_server() -> Iterator[Callable[..., OAuthServer]]:
                 httpx.get(f"{base}/test/stats", timeout=1)
                 break
             except httpx.TransportError:
-                import time
-
                 time.sleep(0.05)
         return OAuthServer(proc, base)
 
@@ -258,3 +259,90 @@ def test_store_rows_and_repr_keep_secrets_out(tmp_path: Path) -> None:
     with pytest.raises(PermissionError):
         read_only.delete("s")
     assert TokenStore(tmp_path / "absent.db", read_only=True).get("s") is None
+
+
+# ------------------------------------------------------------------ run time
+
+
+def oauth_spec(server: OAuthServer, name: str = "remote") -> Any:
+    from gantry.mcp.manifest import ServerSpec
+
+    return ServerSpec(name=name, url=server.url, auth="oauth")
+
+
+async def call_whoami(hook: Any, spec: Any) -> str:
+    """One connection through the run-time provider: initialize, tools/call whoami."""
+    import httpx2
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with httpx2.AsyncClient(auth=hook(spec)) as client, \
+            streamable_http_client(spec.url, http_client=client) as (read, write), \
+            ClientSession(read, write) as session:
+        with anyio.fail_after(30):
+            await session.initialize()
+            result = await session.call_tool("whoami", {})
+    return str(result.content[0].text)  # type: ignore[union-attr]
+
+
+async def fails(hook: Any, spec: Any) -> None:
+    with pytest.raises(Exception):  # noqa: B017, PT011  (the transport's own error)
+        await call_whoami(hook, spec)
+
+
+@pytest.mark.anyio
+async def test_run_time_refreshes_the_token_and_turns_a_refused_refresh_into_login_needed(
+    tmp_path: Path, oauth_server: Callable[..., OAuthServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    from gantry.mcp.oauth import OAuthHook
+
+    caplog.set_level(logging.DEBUG)
+    server = oauth_server()
+    env = gantry_env(tmp_path, manifest(tmp_path, server))
+    assert (await anyio.to_thread.run_sync(cli_login, env, "remote"))[0] == 0
+    store = TokenStore(tmp_path / "data" / "gantry.db")
+    hook = OAuthHook(store)
+    spec = oauth_spec(server)
+    seen = [json.loads(store.get("remote").tokens)]
+
+    assert await call_whoami(hook, spec) == "operator"  # the stored access token, as is
+    assert server.stats()["refresh_grants"] == 0
+
+    # Expired (as far as gantry knows): refreshed before it is sent, the new tokens stored.
+    record = store.get("remote")
+    store.expire_access("remote", spec.url, record.tokens)
+    assert await call_whoami(hook, spec) == "operator"
+    assert server.stats()["refresh_grants"] == 1
+    after = store.get("remote")
+    seen.append(json.loads(after.tokens))
+    assert after.tokens != record.tokens and after.expires_at > time.time()
+
+    # The server forgot the access token (it looks valid to gantry): that connection fails,
+    # the token is marked expired, and the next connection refreshes it.
+    httpx.post(f"{server.base}/test/forget-access", timeout=5).raise_for_status()
+    await fails(hook, spec)
+    assert hook.gates["remote"].reason is None and store.get("remote").expires_at == 0
+    assert await call_whoami(hook, spec) == "operator"
+    assert server.stats()["refresh_grants"] == 2
+    seen.append(json.loads(store.get("remote").tokens))
+
+    # Revoked refresh token: no interactive flow, no retry — a login is needed, said clearly.
+    server.revoke_all()
+    store.expire_access("remote", spec.url, store.get("remote").tokens)
+    await fails(hook, spec)
+    want = ("the authorization server refused the refresh token (HTTP 400); "
+            "run `gantry mcp login remote`")
+    assert hook.gates["remote"].reason == want
+    assert problem(store.get("remote"), "remote", spec.url, time.time()) == want
+    assert hook.gates["remote"].check() == want  # what the host sees before reconnecting
+    assert server.stats()["authorized"] == 1  # only the login's
+    grants = server.stats()["refresh_grants"] + server.stats()["refresh_refused"]
+    await fails(hook, spec)  # a connection anyway: nothing is sent to the token endpoint
+    assert server.stats()["refresh_grants"] + server.stats()["refresh_refused"] == grants
+
+    logged = caplog.text + "".join(str(r.__dict__) for r in caplog.records)
+    assert "mcp server needs an OAuth login" in caplog.text
+    for tokens in seen:
+        for key in ("access_token", "refresh_token"):
+            assert tokens[key] not in logged
+    assert "Traceback" not in logged

@@ -41,6 +41,7 @@ log = logging.getLogger("gantry.mcp")
 # Where the authorization server sends the browser after consent. Nothing listens there: the
 # page fails to load, and the operator copies its address (docs/mcp.md, "OAuth").
 DEFAULT_REDIRECT = "http://127.0.0.1/callback"
+LOGIN_POLL = 5.0  # seconds between looks at the row while a server waits for a login
 CLIENT_NAME = "gantry"
 
 
@@ -169,6 +170,9 @@ class Gate:
     clock: Callable[[], float] = time.time
     reason: str | None = None
     said: set[str] = field(default_factory=set)
+    # Called when the server or its authorization server refuses what is stored (the host
+    # closes the connection, so the next one starts from the row).
+    on_refused: Callable[[], None] | None = None
 
     def check(self) -> str | None:
         """Read the row; the reason it cannot be used (logged once per reason), or None."""
@@ -188,6 +192,19 @@ class Gate:
             self.store.require_login(self.spec.name, self.spec.url, reason,
                                      tokens=record.tokens)
         self._say()
+        self.stale()
+
+    def stale(self) -> None:
+        """What this connection holds no longer works: let the host reconnect."""
+        if self.on_refused is not None:
+            self.on_refused()
+
+    async def wait(self) -> None:
+        """Until the row is usable again (a `gantry mcp login` in another process)."""
+        import anyio
+
+        while self.check() is not None:
+            await anyio.sleep(LOGIN_POLL)
 
     def _say(self) -> None:
         if self.reason and self.reason not in self.said:
@@ -230,8 +247,10 @@ class RuntimeProvider(OAuthClientProvider):
         await super()._initialize()
         ctx = self.context
         record = self.db.loaded
-        if ctx.current_tokens is not None and record is not None:
-            ctx.token_expiry_time = record.expires_at  # absolute; None: no expiry given
+        if ctx.current_tokens is not None and record is not None \
+                and record.expires_at is not None:
+            # Absolute, as the SDK keeps it; at least 1, as it reads 0 as "no expiry".
+            ctx.token_expiry_time = max(record.expires_at, 1.0)
         if record is not None and record.as_metadata:
             ctx.oauth_metadata = OAuthMetadata.model_validate_json(record.as_metadata)
         if record is not None and record.resource_metadata:
@@ -287,8 +306,35 @@ class RuntimeProvider(OAuthClientProvider):
                 self.gate.store.expire_access(spec.name, spec.url, record.tokens)
             log.info("mcp oauth: the server refused the access token; the next connection "
                      "refreshes it", extra={"server": spec.name})
+            self.gate.stale()
 
 
 async def _interactive(*_: Any) -> Any:
     """Never reached: RuntimeProvider stops at the 401 that would start an authorization."""
     raise OAuthTokenError("an interactive authorization is only for `gantry mcp login`")
+
+
+class OAuthHook:
+    """`Host(auth=...)`: for each connection to an `auth = "oauth"` server, a RuntimeProvider
+    over the row as it is now (a login done meanwhile is picked up); None for other servers."""
+
+    def __init__(self, store: TokenStore) -> None:
+        self.store = store
+        self.gates: dict[str, Gate] = {}
+
+    def __repr__(self) -> str:
+        return f"OAuthHook({self.store!r})"
+
+    def gate(self, spec: ServerSpec) -> Gate | None:
+        if spec.auth != "oauth" or spec.url is None:
+            return None
+        gate = self.gates.get(spec.name)
+        if gate is None:
+            gate = self.gates[spec.name] = Gate(self.store, spec)
+        return gate
+
+    def __call__(self, spec: ServerSpec) -> httpx2.Auth | None:
+        gate = self.gate(spec)
+        if gate is None:
+            return None
+        return RuntimeProvider(spec, DbTokenStorage(self.store, spec), gate)

@@ -9,7 +9,8 @@ with httpx instead of a person with a browser).
 
 Run `python -m tests.fakes.mcp_oauth [--access-ttl S] [--no-registration CLIENT_ID]`; it
 prints its base URL on stdout's first line and serves until killed. `POST /test/revoke`
-forgets every token (refresh tokens included); `GET /test/stats` counts grants. Test-only
+forgets every token (refresh tokens included), `POST /test/forget-access` only the access
+tokens; `GET /test/stats` counts grants. Test-only
 routes, unauthenticated: never anything but loopback.
 """
 
@@ -149,6 +150,11 @@ def build(base: str, provider: MemoryProvider, *, registration: bool) -> MCPServ
     async def revoke(request: Request) -> Response:
         provider.revoke_all()
         return JSONResponse({"revoked": True})
+
+    @server.custom_route("/test/forget-access", methods=["POST"])
+    async def forget_access(request: Request) -> Response:
+        provider.access.clear()  # as after a restart of a server that keeps refresh tokens
+        return JSONResponse({"forgotten": True})
 
     @server.custom_route("/test/stats", methods=["GET"])
     async def stats(request: Request) -> Response:
