@@ -286,7 +286,10 @@ async def call_whoami(hook: Any, spec: Any) -> str:
 
 
 async def fails(hook: Any, spec: Any) -> None:
-    with pytest.raises(Exception):  # noqa: B017, PT011  (the transport's own error)
+    """The connection fails as the SDK fails a request answered with an HTTP error."""
+    from mcp.shared.exceptions import MCPError
+
+    with pytest.RaisesGroup(pytest.RaisesGroup(MCPError)):
         await call_whoami(hook, spec)
 
 
