@@ -589,8 +589,10 @@ async def test_npm_server_everything_task_only_tool_is_not_offered_and_said_once
         assert not listed["echo"].needs_task
         assert "(1 task-only, not offered)" in host.status_lines()[0]
         server = host.servers["every"]
-        assert server.child is not None
-        os.kill(server.child.pid, 9)
+        from gantry.mcp.child import Child
+
+        assert isinstance(server.link, Child)
+        os.kill(server.link.pid, 9)
         await until(lambda: server.state == "up" and server.restarts == 1, timeout=BOOT,
                     what="a restart")
         assert "every__simulate-research-query" not in reg.names()

@@ -90,6 +90,7 @@ class Child:
     closed: anyio.Event = field(default_factory=anyio.Event)  # stdout ended or process exited
     reason: str = ""
     warned: set[str] = field(default_factory=set)  # kinds of wire trouble already logged
+    renew: bool = False  # a child never merely loses its session (gantry/mcp/link.py)
 
     @property
     def pid(self) -> int:
@@ -97,6 +98,10 @@ class Child:
 
     def tail(self) -> str:
         return "\n".join(self.stderr.tail)
+
+    def ended(self) -> str | None:
+        code = self.process.returncode
+        return None if code is None else f"it exited with code {code}"
 
     def mark_closed(self, reason: str) -> None:
         if not self.closed.is_set():

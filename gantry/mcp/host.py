@@ -24,7 +24,8 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from gantry.mcp import convert, wire
 from gantry.mcp.breaker import Breaker
-from gantry.mcp.child import INVALID_MESSAGE, Child, open_child
+from gantry.mcp.child import INVALID_MESSAGE
+from gantry.mcp.link import AuthHook, Link, delivery, open_link
 from gantry.mcp.manifest import ServerSpec
 from gantry.mcp.validate import ArgsValidator, compile_schema
 from gantry.tools import Registry, Tool, ToolError, mcp_source
@@ -37,6 +38,17 @@ STABLE_AFTER = 30.0  # up this long → the next crash starts the backoff from t
 INIT_TIMEOUT = 30.0
 PING_TIMEOUT = 5.0
 MAX_PAGES = 100
+# A call that keeps reporting progress outlives timeout_seconds of silence, up to this many
+# times timeout_seconds (and never past MAX_CALL_SECONDS): a server that reports progress
+# forever must still end.
+PROGRESS_CAP_FACTOR = 10
+MAX_CALL_SECONDS = 3600.0
+RENEW_WAIT = 30.0  # how long a call whose request never arrived waits for the new session
+
+
+def call_cap(timeout: float) -> float:
+    """The absolute limit of one tools/call, however much progress it reports."""
+    return max(timeout, min(PROGRESS_CAP_FACTOR * timeout, MAX_CALL_SECONDS))
 
 
 class ServerStartError(Exception):
@@ -110,6 +122,13 @@ def _cause(exc: BaseException) -> BaseException:
     return inner
 
 
+def _redacted(text: str) -> str:
+    """Text for /status and check: header values, URL keys and tokens hidden."""
+    from gantry.log import Redactor
+
+    return Redactor().text(text)
+
+
 def _describe(exc: BaseException) -> str:
     """One line for an exception, looking inside exception groups for the real cause."""
     exc = _cause(exc)
@@ -121,7 +140,7 @@ class Server:
 
     def __init__(
         self, spec: ServerSpec, registry: Registry, environ: Mapping[str, str],
-        hidden: Collection[str] = (),
+        hidden: Collection[str] = (), auth: AuthHook | None = None,
     ) -> None:
         self.spec = spec
         self.name = spec.name
@@ -130,7 +149,10 @@ class Server:
         self.environ = environ
         self.state = "starting"
         self.session: Any = None
-        self.child: Child | None = None
+        self.link: Link | None = None
+        self.auth = auth  # gives a remote server's HTTP client its httpx2.Auth (link.py)
+        self.error = ""  # why it is not up, for /status and check (an optional server's)
+        self._next_up = anyio.Event()  # set (and replaced) as each new session comes up
         self.listed: dict[str, ListedTool] = {}
         self.hidden = frozenset(hidden)  # MCP names callable via Host.call, never offered
         self._task_only_said: frozenset[str] = frozenset()
@@ -150,70 +172,96 @@ class Server:
     # ------------------------------------------------------------------ supervisor
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Start, serve, restart forever (until cancelled). The first start must succeed."""
+        """Start, serve, restart forever (until cancelled). The first start must succeed,
+        unless the server is optional (`required = false`): then boot goes on without it and
+        it is retried in the background, its failures logged once until it is first up."""
         first = True
+        ever_up = False
         attempt = 0
         while True:
             up_at = 0.0
+            renew = False
             try:
-                async with open_child(self.spec, self.environ, self.warned) as (
-                    child, read, write
+                auth = self.auth(self.spec) if self.auth is not None and self.spec.remote else None
+                async with open_link(self.spec, self.environ, self.warned, auth) as (
+                    link, read, write
                 ):
-                    self.child = child
-                    session = await self._connect(child, read, write)
+                    self.link = link
+                    session = await self._connect(link, read, write)
                     async with session:
-                        await self._initialize(session, child)
+                        await self._initialize(session, link)
                         self.session = session
                         self.state = "up"
+                        self.error = ""
+                        came_up, self._next_up = self._next_up, anyio.Event()
+                        came_up.set()
                         up_at = time.monotonic()
                         # Not breaker.success(): a server that restarts fine but fails every
                         # call must still trip it. After an open spell the next call probes.
                         if first:
                             first = False
                             task_status.started()
+                        elif not ever_up:
+                            log.info("mcp server up", extra={"server": self.name,
+                                                             "tools": len(self.listed)})
                         else:
                             log.info("mcp server restarted",
                                      extra={"server": self.name, "tools": len(self.listed)})
-                        await self._serve(session, child)
-                        reason = child.reason
+                        ever_up = True
+                        await self._serve(session, link)
+                        reason = link.reason
+                        renew = link.renew
                         self.session = None
             except Exception as exc:
-                # open_child's task group wraps what its body raised in an exception group.
+                # open_link's task groups wrap what its body raised in an exception group.
                 cause = _cause(exc)
-                if first:
-                    if isinstance(cause, ServerStartError):
-                        raise cause from None
-                    tail = self.child.tail() if self.child else ""
-                    raise ServerStartError(self._start_message(_describe(cause), tail)) from None
-                self.breaker.failure()
                 if isinstance(cause, ServerStartError):
-                    reason = str(cause).split("\n", 1)[0]
+                    message = str(cause)
                 else:
-                    reason = _describe(cause)
+                    tail = self.link.tail() if self.link else ""
+                    message = self._start_message(_describe(cause), tail)
+                if first and self.spec.required:
+                    raise ServerStartError(message) from None
+                self.breaker.failure()
+                reason = message.split("\n", 1)[0] if ever_up else message
+                if first:
+                    first = False
+                    log.warning("optional mcp server unavailable; gantry runs without it and "
+                                "keeps retrying", extra={"server": self.name, "error": message})
+                    task_status.started()
+                elif ever_up and not isinstance(cause, ServerStartError):
                     log.warning("mcp server failed", extra={"server": self.name,
                                                              "error": reason})
             finally:
                 self.session = None
             if up_at and time.monotonic() - up_at >= STABLE_AFTER:
                 attempt = 0
-            delay = max(backoff(attempt), self.breaker.remaining())
-            attempt += 1
+            # A dropped session is no failure: re-initialise at once (but not in a loop).
+            quick = renew and up_at and time.monotonic() - up_at >= 1.0
+            delay = 0.0 if quick else max(backoff(attempt), self.breaker.remaining())
+            attempt += not quick
             self.restarts += 1
             self.state = "open" if self.breaker.state == "open" else "restarting"
-            log.warning("mcp server down; restarting",
-                        extra={"server": self.name, "reason": reason,
-                               "in_seconds": round(delay, 2), "attempt": attempt,
-                               "breaker": self.breaker.state})
+            self.error = _redacted(reason.split("\n", 1)[0])
+            # An optional server that never came up was logged once; its retries are debug.
+            log.log(logging.WARNING if ever_up else logging.DEBUG,
+                    "mcp server down; restarting",
+                    extra={"server": self.name, "reason": reason,
+                           "in_seconds": round(delay, 2), "attempt": attempt,
+                           "breaker": self.breaker.state})
             await anyio.sleep(delay)
             self.state = "restarting"
 
     def _start_message(self, error: str, tail: str) -> str:
-        msg = f"MCP server {self.name!r} ({self.spec.where}) could not start: {error}"
+        verb = "could not connect" if self.spec.remote else "could not start"
+        msg = f"MCP server {self.name!r} ({self.spec.where}) {verb}: {error}"
+        if self.spec.remote:
+            return _redacted(f"{msg} ({tail})" if tail and tail not in error else msg)
         if tail:
             msg += "\nlast lines of its stderr:\n  " + "\n  ".join(tail.splitlines()[-10:])
         return msg
 
-    async def _connect(self, child: Child, read: Any, write: Any) -> Any:
+    async def _connect(self, link: Link, read: Any, write: Any) -> Any:
         from mcp.client.session import ClientSession
         from mcp_types import Implementation
 
@@ -228,7 +276,7 @@ class Server:
             client_info=Implementation(name="gantry", version=__version__),
         )
 
-    async def _initialize(self, session: Any, child: Child) -> None:
+    async def _initialize(self, session: Any, link: Link) -> None:
         """initialize + tools/list; a child that dies meanwhile fails it at once (its stdout
         closes, and the SDK fails the pending request)."""
         step = "initialize"
@@ -239,23 +287,23 @@ class Server:
                 await self._list_tools(session)
         except Exception as exc:
             await anyio.sleep(0.2)  # its exit status and last stderr lines
-            code = child.process.returncode
+            ended = link.ended()
             if isinstance(exc, TimeoutError):
                 why = f"no answer to {step} within {INIT_TIMEOUT:g} s"
-            elif code is not None:
-                why = f"it exited with code {code}"
+            elif ended is not None:
+                why = ended
             else:
                 why = _describe(exc)
-            raise ServerStartError(self._start_message(why, child.tail())) from None
+            raise ServerStartError(self._start_message(why, link.tail())) from None
         self.instructions = result.instructions or ""
 
-    async def _serve(self, session: Any, child: Child) -> None:
+    async def _serve(self, session: Any, link: Link) -> None:
         """Wait for death, a tools/list_changed, or a suspected hang (ping it)."""
-        while not child.closed.is_set():
+        while not link.closed.is_set():
             async with anyio.create_task_group() as tg:
 
                 async def closed() -> None:
-                    await child.closed.wait()
+                    await link.closed.wait()
                     tg.cancel_scope.cancel()
 
                 async def woken() -> None:
@@ -265,7 +313,7 @@ class Server:
                 tg.start_soon(closed)
                 tg.start_soon(woken)
             self._wake = anyio.Event()
-            if child.closed.is_set():
+            if link.closed.is_set():
                 return
             if self._refresh:
                 self._refresh = False
@@ -288,7 +336,7 @@ class Server:
                     # The calls in flight on it fail as it stops; the timeout that started
                     # this was charged already, and they are the same episode.
                     self._charged_upto = self._started_calls
-                    child.mark_closed("it stopped answering (ping failed after a timeout)")
+                    link.mark_closed("it stopped answering (ping failed after a timeout)")
                     return
 
     async def _on_message(self, message: Any) -> None:
@@ -385,7 +433,7 @@ class Server:
         self._started_calls += 1
         number = self._started_calls
         try:
-            result = await session.call_tool(tool, args, self.spec.timeout_seconds)
+            result = await self._send_call(session, tool, args)
         except Exception as exc:
             return self._call_failed(tool, stats, started, number, exc)
         finally:
@@ -395,6 +443,44 @@ class Server:
         stats.record(time.monotonic() - started, error=error)
         text = convert.result_text(result.content, result.structured_content, error)
         return CallResult(text, error=error)
+
+    async def _send_call(self, session: Any, tool: str, args: dict[str, Any]) -> Any:
+        """tools/call, with progress as life: each notifications/progress moves the deadline
+        to timeout_seconds from then, but never past call_cap(). A request that provably
+        never reached the server (remote.py) is sent once more, on the next session."""
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import REQUEST_TIMEOUT
+
+        timeout = self.spec.timeout_seconds
+        start = anyio.current_time()
+        cap = start + call_cap(timeout)
+        with anyio.CancelScope(deadline=start + timeout) as scope:
+
+            async def progress(done: float, total: float | None, message: str | None) -> None:
+                scope.deadline = min(cap, anyio.current_time() + timeout)
+
+            for attempt in range(2):
+                with delivery() as ticket:
+                    try:
+                        # The SDK's own timeout only backs ours up (it knows no progress).
+                        return await session.call_tool(tool, args, call_cap(timeout) + 5,
+                                                       progress_callback=progress)
+                    except Exception:
+                        if attempt or not ticket.undelivered:
+                            raise
+                        session = await self._renewed(session)
+                        if session is None:
+                            raise
+                log.info("mcp call sent again: it never reached the server",
+                         extra={"server": self.name, "tool": tool})
+        raise MCPError(code=REQUEST_TIMEOUT, message=f"Request {tool!r} timed out")
+
+    async def _renewed(self, old: Any) -> Any:
+        """The session after `old`, once it is up (the caller's deadline bounds the wait)."""
+        with anyio.move_on_after(RENEW_WAIT):
+            while self.session is None or self.session is old:
+                await self._next_up.wait()
+        return self.session if self.session is not old else None
 
     def _charge(self, number: int) -> None:
         """One breaker failure per episode: calls already in flight when one was charged
@@ -421,6 +507,9 @@ class Server:
         stats.record(elapsed, error=True)
         if isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED:
             self._charge(number)
+            if self.spec.remote:  # the network, or the server? a ping tells
+                self._probe = True
+                self._wake.set()
             return CallResult(f"MCP server {self.name!r} stopped while running {tool!r}; it is "
                               "being restarted, retry later", error=True)
         if isinstance(exc, MCPError) and exc.code == PARSE_ERROR and exc.message == INVALID_MESSAGE:
@@ -448,6 +537,9 @@ class Server:
         if tasks:
             notes.append(f"{tasks} task-only, not offered")
         tools = f"{len(self.listed)} tools" + (f" ({', '.join(notes)})" if notes else "")
+        if self.session is None and self.error:
+            optional = "optional, " if not self.spec.required else ""
+            state += f" ({optional}last error: {self.error[:200]})"
         return (f"{self.name}: {state}, {tools}, {calls} calls, "
                 f"{errors} errors, {self.restarts} restarts")
 
@@ -457,12 +549,13 @@ class Host:
 
     def __init__(
         self, specs: Sequence[ServerSpec], registry: Registry, environ: Mapping[str, str],
-        hidden: Mapping[str, Collection[str]] | None = None,
+        hidden: Mapping[str, Collection[str]] | None = None, auth: AuthHook | None = None,
     ) -> None:
         """`hidden`: per server, MCP tool names not registered as model tools (the memory
-        backend's protocol tools, which the builtin memory_* tools already route to)."""
+        backend's protocol tools, which the builtin memory_* tools already route to).
+        `auth`: gives a remote server's HTTP client its httpx2.Auth (None: no auth)."""
         hidden = hidden or {}
-        self.servers = {s.name: Server(s, registry, environ, hidden.get(s.name, ()))
+        self.servers = {s.name: Server(s, registry, environ, hidden.get(s.name, ()), auth)
                         for s in specs}
 
     def names(self) -> list[str]:

@@ -1,0 +1,83 @@
+"""What the supervisor (host.py) holds of a server while it is connected: a child over stdio
+or a remote server over HTTP, behind one small interface, so one supervision loop (backoff,
+breaker, ping on a suspected hang, re-listing tools) serves both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+
+from gantry.mcp.manifest import ServerSpec
+
+
+class Link(Protocol):
+    """One connection to a server, from open to close."""
+
+    closed: anyio.Event  # set once the connection is gone (`reason` says why)
+    reason: str
+    # Closed because the server dropped the session, not because it failed: reconnect at
+    # once, and charge the breaker nothing.
+    renew: bool
+
+    def mark_closed(self, reason: str) -> None: ...
+
+    def tail(self) -> str:
+        """What to show after a failed start: a child's last stderr lines, a remote's last
+        HTTP trouble ("" if none)."""
+        ...
+
+    def ended(self) -> str | None:
+        """Why it is gone, if that is known for certain ("it exited with code 3"), else None."""
+        ...
+
+
+@dataclass
+class Ticket:
+    """One request's delivery, as a remote server's HTTP client saw it (remote.py)."""
+
+    undelivered: bool = False  # provably never reached the server: safe to send again
+
+
+TICKET: ContextVar[Ticket | None] = ContextVar("gantry_mcp_ticket", default=None)
+
+
+@contextmanager
+def delivery() -> Iterator[Ticket]:
+    """A Ticket for the request sent in this block. The SDK's HTTP transports send each
+    message in its sender's context, which is how the HTTP client below finds it; a child's
+    tickets stay blank (a line written to its stdin may always have been read)."""
+    ticket = Ticket()
+    token = TICKET.set(ticket)
+    try:
+        yield ticket
+    finally:
+        TICKET.reset(token)
+
+
+# The hook through which a remote server's requests get authenticated: given the spec, an
+# `httpx2.Auth` for its HTTP client, or None. Host(auth=...) takes one; nothing else calls it.
+AuthHook = Callable[[ServerSpec], Any]
+
+
+@asynccontextmanager
+async def open_link(
+    spec: ServerSpec, environ: Mapping[str, str], warned: set[str], auth: Any = None
+) -> AsyncIterator[tuple[Link, Any, Any]]:
+    """Connect to `spec` and yield (link, read stream, write stream) for a ClientSession.
+    `auth`: an httpx2.Auth for a remote server (see AuthHook), ignored for a child."""
+    if spec.remote:
+        from gantry.mcp.remote import open_remote
+
+        async with open_remote(spec, environ, auth) as remote:
+            yield remote
+    else:
+        from gantry.mcp.child import open_child
+
+        async with open_child(spec, environ, warned) as child:
+            yield child
