@@ -142,8 +142,9 @@ def load_mcp(cfg: Config, environ: Mapping[str, str], registry: Any) -> Any:
     if not specs:
         return None
     from gantry.mcp.host import Host
+    from gantry.mcp.tokens import oauth_hook
 
-    return Host(specs, registry, environ, memory_only(cfg))
+    return Host(specs, registry, environ, memory_only(cfg), oauth_hook(specs, cfg.db_path))
 
 
 def memory_only(cfg: Config) -> dict[str, frozenset[str]]:

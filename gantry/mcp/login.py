@@ -226,13 +226,13 @@ async def login(spec: Any, store: Any, term: Terminal, environ: Mapping[str, str
 
 
 async def _session(spec: Any, auth: Any, environ: Mapping[str, str]) -> int:
-    """initialize + tools/list through `auth`: the 401 starts the flow, the rest proves it."""
-    import httpx2
+    """initialize + tools/list through `auth` over the daemon's own transport (its TLS trust,
+    proxies, headers): the 401 starts the flow, the rest proves it works."""
     from mcp.client.session import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
 
-    async with httpx2.AsyncClient(auth=auth) as client, \
-            streamable_http_client(spec.url, http_client=client) as (read, write), \
+    from gantry.mcp.remote import open_remote
+
+    async with open_remote(spec, environ, auth) as (_remote, read, write), \
             ClientSession(read, write) as session:
         await session.initialize()
         return len((await session.list_tools()).tools)

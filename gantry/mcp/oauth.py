@@ -156,7 +156,7 @@ class DbTokenStorage:
             exclude_none=True))
 
 
-@dataclass
+@dataclass(repr=False)
 class Gate:
     """Whether one OAuth server can be used now, as the supervisor and `/status` see it.
 
@@ -173,12 +173,19 @@ class Gate:
     # Called when the server or its authorization server refuses what is stored (the host
     # closes the connection, so the next one starts from the row).
     on_refused: Callable[[], None] | None = None
+    refused: tuple[str | None, str] | None = None  # (the row's tokens, why) when refused
+
+    def __repr__(self) -> str:
+        return f"Gate(server={self.spec.name!r}, reason={self.reason!r})"
 
     def check(self) -> str | None:
         """Read the row; the reason it cannot be used (logged once per reason), or None."""
         assert self.spec.url is not None
-        self.reason = problem(self.store.get(self.spec.name), self.spec.name, self.spec.url,
-                              self.clock())
+        record = self.store.get(self.spec.name)
+        self.reason = problem(record, self.spec.name, self.spec.url, self.clock())
+        if self.reason is None and self.refused is not None and record is not None \
+                and record.tokens == self.refused[0]:
+            self.reason = self.refused[1]  # a read-only store (check) cannot mark the row
         self._say()
         return self.reason
 
@@ -188,14 +195,11 @@ class Gate:
         full = f"{reason}; {LOGIN_HINT.format(name=self.spec.name)}"
         self.reason = full
         record = self.store.get(self.spec.name)
+        self.refused = (record.tokens if record is not None else None, full)
         if record is not None and not self.store.read_only:
             self.store.require_login(self.spec.name, self.spec.url, reason,
                                      tokens=record.tokens)
         self._say()
-        self.stale()
-
-    def stale(self) -> None:
-        """What this connection holds no longer works: let the host reconnect."""
         if self.on_refused is not None:
             self.on_refused()
 
@@ -224,10 +228,12 @@ def _challenged(response: httpx2.Response) -> bool:
 class RuntimeProvider(OAuthClientProvider):
     """The SDK's provider for sending and refreshing tokens, minus interactive authorization.
 
-    A refresh the authorization server refuses (4xx), or a 401 from the server on a token that
-    was just refreshed, means a new login: `gate.refuse`. A 401 on a token loaded from the row
-    (revoked, or the server forgot it) marks it expired there, so the next connection refreshes
-    it first. A refresh that fails with a 5xx or 429 is an ordinary failure (retried later).
+    The SDK refreshes a token it knows to be expired before sending it; a 401 on a token that
+    looked valid (revoked, or the server forgot it) gets one refresh here and the request is
+    sent again. What is left — a refresh the authorization server refuses (4xx), a 401 on a
+    freshly refreshed token, a 401 with nothing stored, a 403 for more scope — needs a new
+    login: `gate.refuse`, and the 401 goes back to the transport, so the request fails. A
+    refresh answered with a 5xx or 429 is an ordinary failure (retried later).
     """
 
     def __init__(self, spec: ServerSpec, storage: DbTokenStorage, gate: Gate) -> None:
@@ -237,7 +243,6 @@ class RuntimeProvider(OAuthClientProvider):
                          callback_handler=_interactive)
         self.gate = gate
         self.db = storage
-        self.refreshed = False
         self.refused: str | None = None
 
     def __repr__(self) -> str:
@@ -265,9 +270,7 @@ class RuntimeProvider(OAuthClientProvider):
             raise OAuthTokenError(f"the authorization server answered the token refresh with "
                                   f"HTTP {status}")
         ok = await super()._handle_refresh_response(response)
-        if ok:
-            self.refreshed = True
-        else:
+        if not ok:
             self.refused = f"the authorization server refused the refresh token (HTTP {status})"
         return ok
 
@@ -280,33 +283,34 @@ class RuntimeProvider(OAuthClientProvider):
             while True:
                 response = yield outgoing
                 if outgoing is request and _challenged(response):
-                    self._challenge(request, response)
-                    return  # the 401 goes back to the transport: this request fails
+                    break  # where the SDK would start an interactive authorization
                 outgoing = await flow.asend(response)
         except StopAsyncIteration:
             return
         finally:
             await flow.aclose()
+        if self.refused is None and response.status_code == 401 \
+                and "authorization" in request.headers:
+            async with self.context.lock:
+                if self.context.can_refresh_token():
+                    refreshed = yield await self._refresh_token()
+                    if await self._handle_refresh_response(refreshed):
+                        self._add_auth_header(request)
+                        response = yield request
+                        if not _challenged(response):
+                            return
+                        self.refused = "the server refused a freshly refreshed access token"
+        self._refuse(request, response)
 
-    def _challenge(self, request: httpx2.Request, response: httpx2.Response) -> None:
-        spec = self.gate.spec
-        assert spec.url is not None
-        sent_token = "authorization" in request.headers
+    def _refuse(self, request: httpx2.Request, response: httpx2.Response) -> None:
         if self.refused:
             self.gate.refuse(self.refused)
         elif response.status_code == 403:
             self.gate.refuse("the server asks for more scopes than the login granted")
-        elif not sent_token:
+        elif "authorization" not in request.headers:
             self.gate.refuse("the server asks for a login and none is stored")
-        elif self.refreshed or not self.context.can_refresh_token():
-            self.gate.refuse("the server refused the access token")
         else:
-            record = self.db.loaded
-            if record is not None and not self.gate.store.read_only:
-                self.gate.store.expire_access(spec.name, spec.url, record.tokens)
-            log.info("mcp oauth: the server refused the access token; the next connection "
-                     "refreshes it", extra={"server": spec.name})
-            self.gate.stale()
+            self.gate.refuse("the server refused the access token")
 
 
 async def _interactive(*_: Any) -> Any:

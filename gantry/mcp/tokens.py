@@ -136,8 +136,8 @@ class TokenStore:
             (reason, self.clock(), server, url, tokens)) > 0
 
     def expire_access(self, server: str, url: str, tokens: str | None) -> bool:
-        """Mark the access token expired (the server refused it), so the next connection
-        refreshes it first; only if the tokens are still `tokens`."""
+        """Mark the access token expired, so the next connection refreshes it first; only if
+        the tokens are still `tokens` (tests, and an operator's way to force a refresh)."""
         return self._write(
             "UPDATE mcp_oauth SET expires_at = 0, updated_at = ? "
             "WHERE server = ? AND url = ? AND tokens IS ?",
@@ -173,3 +173,29 @@ class _Closing:
 
     def __exit__(self, *exc: object) -> None:
         self.conn.close()
+
+
+def oauth_hook(specs: Any, db_path: str | os.PathLike[str], *, read_only: bool = False) -> Any:
+    """The `Host(auth=...)` hook for the manifest's OAuth servers, or None when it has none
+    (then the SDK's client auth is never imported). A missing database is read as empty."""
+    if not any(getattr(s, "auth", None) == "oauth" for s in specs):
+        return None
+    from gantry.mcp.oauth import OAuthHook
+
+    path = os.fspath(db_path)
+    return OAuthHook(TokenStore(path, read_only=read_only or not os.path.exists(path)))
+
+
+def login_check(spec: Any, db_path: str | os.PathLike[str], now: float) -> tuple[bool, str] | None:
+    """`gantry check`'s verdict on an OAuth server's stored login before probing it:
+    (passed, detail), or None to go on and probe with the stored access token. An expired one
+    is not refreshed: check writes nothing, and a refresh token the daemon holds may rotate."""
+    record = TokenStore(db_path, read_only=True).get(spec.name)
+    why = problem(record, spec.name, spec.url, now)
+    if why is not None:
+        return False, why
+    assert record is not None
+    if record.expires_at is not None and record.expires_at <= now + 5:
+        return True, ("logged in; the access token has expired and gantry run refreshes it "
+                      "(not probed: check stores no tokens)")
+    return None
