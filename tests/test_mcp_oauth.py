@@ -347,3 +347,67 @@ async def test_run_time_refreshes_the_token_and_turns_a_refused_refresh_into_log
         for key in ("access_token", "refresh_token"):
             assert tokens[key] not in logged
     assert "Traceback" not in logged
+
+
+# ------------------------------------------------------------------ the host
+
+
+async def until(predicate: Callable[[], bool], what: str) -> None:
+    with anyio.fail_after(30):
+        while not predicate():
+            await anyio.sleep(0.05)
+
+
+@pytest.mark.anyio
+async def test_host_boots_without_a_login_waits_for_one_and_says_so(
+    tmp_path: Path, oauth_server: Callable[..., OAuthServer], caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Never logged in: boot goes on, /status and every call say "run gantry mcp login";
+    a login in another process is picked up; a revoked refresh token turns back into that
+    message, with no retry against the token endpoint while it waits."""
+    from gantry.mcp import oauth
+    from gantry.mcp.host import Host
+    from gantry.mcp.tokens import oauth_hook
+    from gantry.tools import Registry
+
+    monkeypatch.setattr(oauth, "LOGIN_POLL", 0.1)
+    caplog.set_level(logging.DEBUG)
+    server = oauth_server()
+    env = gantry_env(tmp_path, manifest(tmp_path, server))
+    (tmp_path / "data").mkdir()
+    db.connect(tmp_path / "data" / "gantry.db").close()
+    spec = oauth_spec(server)
+    host = Host([spec], Registry(), env,
+                auth=oauth_hook([spec], tmp_path / "data" / "gantry.db"))
+    hint = "run `gantry mcp login remote`"
+    async with anyio.create_task_group() as tg:
+        await host.start(tg)  # a required server, not logged in: boot goes on
+        [line] = host.status_lines()
+        assert line.startswith(f"remote: needs login (not logged in; {hint})"), line
+        result = await host.call("remote", "whoami", {})
+        assert result.error and result.text == (
+            f"MCP server 'remote' needs an OAuth login: not logged in; {hint}")
+
+        assert (await anyio.to_thread.run_sync(cli_login, env, "remote"))[0] == 0
+        await until(lambda: host.servers["remote"].state == "up", "up after the login")
+        assert (await host.call("remote", "whoami", {})).text == "operator"
+        tokens = json.loads(stored(tmp_path).tokens)
+
+        server.revoke_all()  # the refresh token too; the next call gets a 401 first
+        result = await host.call("remote", "whoami", {})
+        want = ("the authorization server refused the refresh token (HTTP 400); " + hint)
+        assert result.error and result.text == f"MCP server 'remote' needs an OAuth login: {want}"
+        await until(lambda: host.servers["remote"].state == "needs login", "waiting")
+        assert host.status_lines()[0].startswith(f"remote: needs login ({want})")
+        asked = server.stats()
+        await anyio.sleep(0.5)  # five looks at the row: none reaches the token endpoint
+        assert server.stats() == asked
+        assert host.servers["remote"].breaker.state == "closed"
+        tg.cancel_scope.cancel()
+    logged = caplog.text + "".join(str(r.__dict__) for r in caplog.records)
+    assert tokens["access_token"] not in logged and tokens["refresh_token"] not in logged
+    assert "Traceback" not in logged
+    said = [r.__dict__.get("reason") for r in caplog.records
+            if r.getMessage() == "mcp server needs an OAuth login"]
+    assert said == [f"not logged in; {hint}", want]  # each reason once, however many looks
