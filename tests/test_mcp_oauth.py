@@ -411,3 +411,31 @@ async def test_host_boots_without_a_login_waits_for_one_and_says_so(
     said = [r.__dict__.get("reason") for r in caplog.records
             if r.getMessage() == "mcp server needs an OAuth login"]
     assert said == [f"not logged in; {hint}", want]  # each reason once, however many looks
+
+
+@pytest.mark.anyio
+async def test_check_names_the_login_problem_and_probes_with_the_stored_token(
+    tmp_path: Path, oauth_server: Callable[..., OAuthServer]
+) -> None:
+    from gantry.check import _probe_server
+
+    server = oauth_server()
+    env = gantry_env(tmp_path, manifest(tmp_path, server))
+    spec = oauth_spec(server)
+    path = tmp_path / "data" / "gantry.db"
+    result = await _probe_server(spec, env, path)  # no database at all yet
+    assert result.failed and result.detail == \
+        "not logged in; run `gantry mcp login remote`", result
+    assert "gantry mcp login remote" in result.hint and not path.exists()
+
+    assert (await anyio.to_thread.run_sync(cli_login, env, "remote"))[0] == 0
+    before = stored(tmp_path).tokens
+    result = await _probe_server(spec, env, path)
+    assert not result.failed and "2 tools" in result.detail, result
+
+    store = TokenStore(path)
+    store.expire_access("remote", spec.url, stored(tmp_path).tokens)
+    result = await _probe_server(spec, env, path)
+    assert not result.failed and "not probed" in result.detail, result
+    assert server.stats()["refresh_grants"] == 0  # check refreshes nothing
+    assert stored(tmp_path).tokens == before
