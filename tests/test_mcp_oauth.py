@@ -90,13 +90,13 @@ def gantry_env(tmp_path: Path, manifest_path: Path) -> dict[str, str]:
     return env
 
 
-def cli_login(env: dict[str, str], name: str, answer: Callable[[str], str] = follow_authorize
-              ) -> tuple[int, str, str]:
+def cli_login(env: dict[str, str], name: str, answer: Callable[[str], str] = follow_authorize,
+              argv: list[str] | None = None) -> tuple[int, str, str]:
     """`gantry mcp login NAME` as an operator runs it: read the address it prints, paste the
-    answer. Returns (exit code, stdout, stderr)."""
+    answer. Returns (exit code, stdout, stderr). `argv`: another command line that runs it."""
     err_path = Path(env["DATA_DIR"]).parent / "login.stderr"
     with err_path.open("w+") as err_file:
-        proc = subprocess.Popen([sys.executable, "-m", "gantry", "mcp", "login", name],
+        proc = subprocess.Popen(argv or [sys.executable, "-m", "gantry", "mcp", "login", name],
                                 cwd=ROOT, env=env, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=err_file, text=True)
         assert proc.stdout is not None and proc.stdin is not None
@@ -129,6 +129,7 @@ def stored(tmp_path: Path, name: str = "remote") -> Any:
 # ------------------------------------------------------------------ login
 
 
+@pytest.mark.slow
 def test_login_registers_itself_and_stores_tokens_never_printing_them(
     tmp_path: Path, oauth_server: Callable[..., OAuthServer]
 ) -> None:
@@ -150,6 +151,7 @@ def test_login_registers_itself_and_stores_tokens_never_printing_them(
     assert problem(record, "remote", server.url, 0) is None
 
 
+@pytest.mark.slow
 def test_login_again_reuses_the_registration(
     tmp_path: Path, oauth_server: Callable[..., OAuthServer]
 ) -> None:
@@ -165,6 +167,7 @@ def test_login_again_reuses_the_registration(
     assert first.tokens != second.tokens
 
 
+@pytest.mark.slow
 def test_login_with_a_manifest_client_id_and_a_pasted_code(
     tmp_path: Path, oauth_server: Callable[..., OAuthServer]
 ) -> None:
@@ -185,6 +188,7 @@ def test_login_with_a_manifest_client_id_and_a_pasted_code(
     assert server.stats()["registered"] == 0 and server.stats()["code_grants"] == 1
 
 
+@pytest.mark.slow
 def test_login_without_registration_or_client_id_says_what_to_set(
     tmp_path: Path, oauth_server: Callable[..., OAuthServer]
 ) -> None:
@@ -197,6 +201,7 @@ def test_login_without_registration_or_client_id_says_what_to_set(
     assert stored(tmp_path) is None
 
 
+@pytest.mark.slow
 def test_login_with_closed_stdin_says_how_to_run_it(
     tmp_path: Path, oauth_server: Callable[..., OAuthServer]
 ) -> None:
@@ -210,6 +215,7 @@ def test_login_with_closed_stdin_says_how_to_run_it(
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_login_names_the_oauth_servers_when_the_name_is_wrong(
     tmp_path: Path, oauth_server: Callable[..., OAuthServer]
 ) -> None:
@@ -293,6 +299,7 @@ async def fails(hook: Any, spec: Any) -> None:
         await call_whoami(hook, spec)
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_run_time_refreshes_the_token_and_turns_a_refused_refresh_into_login_needed(
     tmp_path: Path, oauth_server: Callable[..., OAuthServer], caplog: pytest.LogCaptureFixture
@@ -358,6 +365,7 @@ async def until(predicate: Callable[[], bool], what: str) -> None:
             await anyio.sleep(0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_host_boots_without_a_login_waits_for_one_and_says_so(
     tmp_path: Path, oauth_server: Callable[..., OAuthServer], caplog: pytest.LogCaptureFixture,
@@ -413,6 +421,7 @@ async def test_host_boots_without_a_login_waits_for_one_and_says_so(
     assert said == [f"not logged in; {hint}", want]  # each reason once, however many looks
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_check_names_the_login_problem_and_probes_with_the_stored_token(
     tmp_path: Path, oauth_server: Callable[..., OAuthServer]
@@ -439,3 +448,62 @@ async def test_check_names_the_login_problem_and_probes_with_the_stored_token(
     assert not result.failed and "not probed" in result.detail, result
     assert server.stats()["refresh_grants"] == 0  # check refreshes nothing
     assert stored(tmp_path).tokens == before
+
+
+# ------------------------------------------------------------------ the frozen build's mcp
+
+from tests.test_build_mcp_lean import WEB_STACK, lean_mcp, mcp_lean  # noqa: E402, F401
+
+REPORT_WEB = """
+import atexit, json, sys
+def _report():
+    loaded = sorted({{m.split('.')[0] for m in sys.modules}} & set({web!r}))
+    loaded += [m for m in sys.modules for n in {not_followed!r}
+               if m == n or m.startswith(n + '.')]
+    loaded += [m for m in sys.modules if m.startswith('mcp.server')]
+    import mcp
+    open({report!r}, 'w').write(json.dumps({{'web': loaded, 'file': mcp.__file__,
+        'auth': 'mcp.client.auth.oauth2' in sys.modules}}))
+atexit.register(_report)
+"""
+
+
+@pytest.mark.slow
+def test_login_and_a_call_run_on_the_lean_mcp_without_the_server_half(
+    tmp_path: Path, oauth_server: Callable[..., OAuthServer], lean_mcp: Path  # noqa: F811
+) -> None:
+    """The binary's mcp (build/mcp_lean.py): the SDK's client auth is used, and neither the
+    server-side auth stack nor the web stack is imported, by the login or by a tool call."""
+    server = oauth_server()
+    env = gantry_env(tmp_path, manifest(tmp_path, server))
+    env["PYTHONPATH"] = f"{lean_mcp}{os.pathsep}{ROOT}"
+    web = [*WEB_STACK, "click", "python_multipart"]
+
+    def script(report: Path, body: str) -> list[str]:
+        head = REPORT_WEB.format(web=web, not_followed=list(mcp_lean.NOT_FOLLOWED),
+                                 report=str(report))
+        return [sys.executable, "-c", head + body]
+
+    login_report = tmp_path / "login.json"
+    code, out, err = cli_login(env, "remote", argv=script(
+        login_report, "from gantry.cli import main\nsys.exit(main(['mcp', 'login', 'remote']))"))
+    assert code == 0, out + err
+    call_report = tmp_path / "call.json"
+    proc = subprocess.run(script(call_report, (
+        "import anyio, os\n"
+        "from gantry import config\n"
+        "from gantry.runtime import load_mcp\n"
+        "from gantry.tools import Registry\n"
+        "async def main():\n"
+        "    cfg = config.load(os.environ, offline=True)\n"
+        "    host = load_mcp(cfg, os.environ, Registry())\n"
+        "    async with anyio.create_task_group() as tg:\n"
+        "        await host.start(tg)\n"
+        "        print((await host.call('remote', 'whoami', {})).text)\n"
+        "        tg.cancel_scope.cancel()\n"
+        "anyio.run(main)\n")), env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "operator", proc.stderr[-3000:]
+    for report in (login_report, call_report):
+        found = json.loads(report.read_text())
+        assert found["file"].startswith(str(lean_mcp)) and found["auth"], found
+        assert found["web"] == [], found
