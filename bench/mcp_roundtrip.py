@@ -1,6 +1,7 @@
 """MCP overhead: tools/call through gantry's registry vs a bare SDK session; boot with N servers.
 
     python bench/mcp_roundtrip.py [--calls 1000] [--blocks 10] [--boots 3] [--binary dist/gantry]
+                                  [--http-calls 500]
 
 1. The same server binary (the static C fixture, tests/fakes/mcp_static.c: it answers in
    microseconds, so what is measured is the client side), one child per client, called with
@@ -10,6 +11,11 @@
    `--blocks` blocks that alternate which client goes first, so machine noise (2 shared cores)
    hits both alike. Prints p50/p99/mean per call, process CPU per call, and the ratios; the
    spread of the per-block p50 ratios shows how much noise there was.
+   The HTTP row does the same over Streamable HTTP: npm server-everything (`streamableHttp`
+   mode, a loopback port) called with `echo` through a bare `ClientSession` over the SDK's
+   `streamable_http_client` and through gantry's `Registry.call` on a remote server (the
+   same SDK transport, plus gantry's HTTP client hooks: session-loss watch, delivery ticket,
+   progress deadline). `--http-calls 0` skips it (it needs Node and the npm package).
 2. `gantry run` (stdio, fake model) from spawn to the first reply with 0, 1 and 5 servers in
    the manifest (source, and the binary if present); `--boots 0` skips it.
 
@@ -105,10 +111,50 @@ async def open_gantry(stack: AsyncExitStack, server: str) -> Call:
     return call
 
 
-async def roundtrip(server: str, calls: int, blocks: int) -> tuple[Variant, Variant]:
+async def open_bare_http(stack: AsyncExitStack, url: str) -> Call:
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    read, write = await stack.enter_async_context(streamable_http_client(url))
+    session = await stack.enter_async_context(ClientSession(read, write))
+    await session.initialize()
+    await session.list_tools()
+
+    async def call(i: int) -> object:
+        return await session.call_tool("echo", {"message": f"call {i}"})
+
+    return call
+
+
+async def open_gantry_http(stack: AsyncExitStack, url: str) -> Call:
+    from gantry.mcp.host import Host
+    from gantry.mcp.manifest import parse
+    from gantry.tools import Registry
+    from tests.fakes.mcp_remote import toml_remote
+
+    registry = Registry()
+    host = Host(parse(toml_remote("ev", url), os.environ), registry, os.environ)
+    tg = await stack.enter_async_context(anyio.create_task_group())
+    stack.callback(tg.cancel_scope.cancel)
+    await host.start(tg)
+
+    async def call(i: int) -> object:
+        result = await registry.call("ev__echo", f'{{"message": "call {i}"}}')
+        assert not result.error, result.text
+        return result
+
+    return call
+
+
+async def roundtrip(server: str, calls: int, blocks: int, http: bool = False
+                    ) -> tuple[Variant, Variant]:
     async with AsyncExitStack() as stack:
-        bare = Variant("bare SDK ClientSession", await open_bare(stack, server))
-        gantry = Variant("gantry Registry.call", await open_gantry(stack, server))
+        if http:
+            bare = Variant("bare SDK ClientSession", await open_bare_http(stack, server))
+            gantry = Variant("gantry Registry.call", await open_gantry_http(stack, server))
+        else:
+            bare = Variant("bare SDK ClientSession", await open_bare(stack, server))
+            gantry = Variant("gantry Registry.call", await open_gantry(stack, server))
         for v in (bare, gantry):
             for i in range(WARMUP):
                 await v.call(i)
@@ -136,9 +182,10 @@ def boot_to_reply(cmd: list[str], servers: int, server: str) -> float:
         return first
 
 
-def report(bare: Variant, gantry: Variant, blocks: int) -> None:
+def report(bare: Variant, gantry: Variant, blocks: int,
+           what: str = "the static fixture over stdio") -> None:
     n = len(bare.samples)
-    print(f"tools/call echo on the static fixture: {n} calls per client, interleaved in "
+    print(f"tools/call echo on {what}: {n} calls per client, interleaved in "
           f"{blocks} blocks (ms per call)")
     print(f"{'client':<22} {'p50':>8} {'p99':>8} {'mean':>8} {'CPU/call':>9}")
     for v in (bare, gantry):
@@ -158,11 +205,21 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=10)
     ap.add_argument("--boots", type=int, default=3, help="runs per boot figure; 0 skips them")
     ap.add_argument("--binary", type=Path, default=ROOT / "dist" / "gantry")
+    ap.add_argument("--http-calls", type=int, default=500,
+                    help="calls per client over Streamable HTTP; 0 skips the HTTP row")
     args = ap.parse_args()
     server = str(static_fixture())
     blocks = max(1, min(args.blocks, args.calls))
 
     report(*anyio.run(roundtrip, server, args.calls, blocks), blocks)
+    if args.http_calls > 0:
+        from tests.fakes.mcp_remote import everything_http
+
+        print()
+        with everything_http("streamableHttp") as srv:
+            http_blocks = max(1, min(args.blocks, args.http_calls))
+            report(*anyio.run(roundtrip, srv.url, args.http_calls, http_blocks, True),
+                   http_blocks, "server-everything over Streamable HTTP (loopback)")
     if args.boots <= 0:
         return
 

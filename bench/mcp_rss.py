@@ -1,10 +1,11 @@
 """What the MCP client costs in anonymous RSS, stock vs the lean copies (prints; never fails).
 
-    python bench/mcp_rss.py [--server static|time] [--runs 3]
+    python bench/mcp_rss.py [--server static|time|http] [--runs 3]
 
 Each figure is one fresh source process: gantry's host connected to one real server (the
-static C fixture or PyPI's mcp-server-time), idle after tools/list, reading its own RssAnon
-(/proc/self/status) — the part of the binary's RSS that source measures faithfully. The
+static C fixture or PyPI's mcp-server-time over stdio, or with `--server http` npm
+server-everything over Streamable HTTP on a loopback port), idle after tools/list, reading its
+own RssAnon (/proc/self/status) — the part of the binary's RSS that source measures faithfully. The
 server runs in its own process and is not counted. Median of `--runs` processes per variant:
 
 * lever A — gantry/mcp/validate.py imports jsonschema on first need. "A off" emulates the
@@ -110,11 +111,20 @@ def one(root: Path, manifest: str, eager: bool) -> dict[str, object]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--server", choices=("static", "time"), default="static")
+    ap.add_argument("--server", choices=("static", "time", "http"), default="static")
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
+    if args.server == "http":
+        from tests.fakes.mcp_remote import everything_http, toml_remote
+
+        with everything_http("streamableHttp") as srv:
+            measure(args, toml_remote("http", srv.url))
+        return
     argv = [str(static_fixture())] if args.server == "static" else [time_command()]
-    manifest = toml_server(args.server, argv)
+    measure(args, toml_server(args.server, argv))
+
+
+def measure(args: argparse.Namespace, manifest: str) -> None:
     variants = (("stock (A, B, C off)", ""), ("lever A only", "A"), ("lever B only", "B"),
                 ("levers A + B", "AB"), ("levers B + C", "BC"), ("levers A + B + C", "ABC"))
     with tempfile.TemporaryDirectory(prefix="gantry-mcp-rss-") as tmp:

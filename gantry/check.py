@@ -305,20 +305,27 @@ async def _probe_server(spec: Any, environ: Mapping[str, str], db_path: Any = No
         try:
             await host.start(tg)
             tools = len(host.tools(spec.name))
-            login = host.servers[spec.name].login
-            if login is not None and login.reason:
-                ms = _elapsed(started)
-                tg.cancel_scope.cancel()
-                return _fail(name, login.reason, f"log in: gantry mcp login {spec.name} "
-                             "(docs/mcp.md)", ms)
+            down = host.unavailable()  # an optional server starts "up" even when it is not
+            failed = down[0][1] if down else None
         except ServerStartError as exc:
             failed = str(exc)
         ms = _elapsed(started)
         tg.cancel_scope.cancel()  # the supervisor stops and reaps the child on its way out
+    login = host.servers[spec.name].login
+    if login is not None and login.reason:  # the server refused the stored token
+        return _fail(name, login.reason, f"log in: gantry mcp login {spec.name} (docs/mcp.md)",
+                     ms)
+    hint = ("check its url, headers and the network (HTTPS_PROXY/NO_PROXY, SSL_CERT_FILE)"
+            if spec.remote else
+            "check its command, args and env in the manifest; distroless needs static binaries")
+    if failed is not None and not spec.required:
+        return Result(name, "warn", "optional, not connected (gantry runs without it and "
+                      f"keeps retrying): {failed}".replace("\n", " | "), hint, ms)
     if failed is not None:
-        return _fail(name, failed.replace("\n", " | "), "check its command, args and env in "
-                     "the manifest; distroless needs static binaries", ms)
-    return _ok(name, f"started, {tools} tools, stopped again", ms)
+        return _fail(name, failed.replace("\n", " | "), hint, ms)
+    what = "connected, {} tools, disconnected again" if spec.remote else \
+        "started, {} tools, stopped again"
+    return _ok(name, what.format(tools), ms)
 
 
 # ---------------------------------------------------------------------------- driver

@@ -214,7 +214,7 @@ def setup(
     # Chatty libraries log request URLs (which carry the Telegram token) at INFO/DEBUG;
     # the redactor covers them, but they are noise at info level.
     quiet = logging.WARNING if root.level > logging.DEBUG else logging.DEBUG
-    for name in ("httpx", "httpcore", "aiogram.event", "mcp.client", "mcp.server"):
+    for name in ("httpx", "httpx2", "httpcore", "aiogram.event", "mcp.client", "mcp.server"):
         logging.getLogger(name).setLevel(quiet)
     logging.captureWarnings(True)
     _route_uncaught(redactor)

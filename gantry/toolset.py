@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -30,6 +30,7 @@ class Listing:
     offer: Any  # gantry.tools.Offer
     catalog: list[Any]  # routed MCP tools beyond the offer (empty when everything is offered)
     task_only: list[str]  # MCP tools that need task-augmented calls: never offered
+    unavailable: list[tuple[str, str]] = field(default_factory=list)  # optional servers down
 
 
 class _NoChannel:
@@ -89,7 +90,7 @@ async def collect(cfg: Config, environ: Mapping[str, str]) -> Listing:
                and t.name not in shown]
     task_only = sorted(lt.exposed for s in (host.servers.values() if host else ())
                        for lt in s.listed.values() if lt.needs_task and lt.name not in s.hidden)
-    return Listing(offer, catalog, task_only)
+    return Listing(offer, catalog, task_only, host.unavailable() if host else [])
 
 
 def _line(tool: Any, width: int, mark: str) -> str:
@@ -133,6 +134,8 @@ def main(env_file: str | None) -> int:
         print(_line(tool, width, f"{tool.source.name}, routed"))
     for name in listing.task_only:
         print(f"not offered: {name} (it can only be called as a task, which gantry does not do)")
+    for server, error in listing.unavailable:
+        print(f"not connected: MCP server {server} (optional; its tools are missing): {error}")
     print(listing.offer.summary())
     sys.stdout.flush()
     return 0

@@ -393,10 +393,13 @@ def test_mcp_manifest_sample_is_valid_and_its_examples_parse() -> None:
     assert len(examples) >= 2
     for server in examples:
         assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", server["name"])
-        assert isinstance(server["command"], str) and server["command"]
+        assert ("command" in server) != ("url" in server)  # a child, or a remote server
+        target = server.get("command", server.get("url"))
+        assert isinstance(target, str) and target
         assert all(isinstance(a, str) for a in server.get("args", []))
         assert all(isinstance(v, str) for v in server.get("env", {}).values())
     assert any("env" in s for s in examples)
+    assert any("url" in s for s in examples)
 
 
 def test_deploy_layout() -> None:

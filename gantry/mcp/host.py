@@ -43,6 +43,7 @@ MAX_PAGES = 100
 # forever must still end.
 PROGRESS_CAP_FACTOR = 10
 MAX_CALL_SECONDS = 3600.0
+CAPPED = "capped"  # the MCPError message of a call cut at call_cap() after progress
 RENEW_WAIT = 30.0  # how long a call whose request never arrived waits for the new session
 
 
@@ -318,8 +319,8 @@ class Server:
             ended = link.ended()
             if isinstance(exc, TimeoutError):
                 why = f"no answer to {step} within {INIT_TIMEOUT:g} s"
-            elif ended is not None:
-                why = ended
+            elif ended is not None:  # a remote's HTTP status, and what its body said
+                why = f"{ended}; {_describe(exc)}" if self.spec.remote else ended
             else:
                 why = _describe(exc)
             raise ServerStartError(self._start_message(why, link.tail())) from None
@@ -507,7 +508,8 @@ class Server:
                             raise
                 log.info("mcp call sent again: it never reached the server",
                          extra={"server": self.name, "tool": tool})
-        raise MCPError(code=REQUEST_TIMEOUT, message=f"Request {tool!r} timed out")
+        capped = scope.deadline >= cap
+        raise MCPError(code=REQUEST_TIMEOUT, message=CAPPED if capped else "timed out")
 
     async def _renewed(self, old: Any) -> Any:
         """The session after `old`, once it is up (the caller's deadline bounds the wait)."""
@@ -536,6 +538,11 @@ class Server:
             self._charge(number)
             self._probe = True  # hung tool or hung server? a ping tells
             self._wake.set()
+            if exc.message == CAPPED:
+                return CallResult(
+                    f"the tool {tool!r} on MCP server {self.name!r} kept reporting progress "
+                    f"but did not finish within {call_cap(self.spec.timeout_seconds):g} s "
+                    "(the limit for a call that reports progress)", error=True)
             return CallResult(f"the tool {tool!r} on MCP server {self.name!r} did not answer "
                               f"within {self.spec.timeout_seconds:g} s", error=True)
         stats.record(elapsed, error=True)
@@ -634,6 +641,11 @@ class Host:
     def instructions(self, server: str) -> str:
         s = self.servers.get(server)
         return s.instructions if s else ""
+
+    def unavailable(self) -> list[tuple[str, str]]:
+        """(name, last error) of each server without a session: an optional one that has
+        not come up, or one being restarted."""
+        return [(s.name, s.error or s.state) for s in self.servers.values() if s.session is None]
 
     def status_lines(self) -> list[str]:
         return [s.status() for s in self.servers.values()]

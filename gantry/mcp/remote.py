@@ -97,7 +97,11 @@ class _Client(httpx2.AsyncClient):
         except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
             if ticket is not None:
                 ticket.undelivered = True
-            self.remote.trouble = f"cannot connect to {where}: {type(exc).__name__}: {exc}"[:300]
+            from gantry.tls import handshake_hint
+
+            hint = handshake_hint(str(exc))
+            self.remote.trouble = (f"cannot connect to {where}: {type(exc).__name__}: "
+                                   f"{str(exc)[:300]}" + (f" ({hint})" if hint else ""))
             if request.method == "GET":
                 self.remote.mark_closed(f"its event stream could not reconnect ({exc})"[:300])
             raise
@@ -162,16 +166,19 @@ async def open_remote(
     make = _factory(spec, environ, remote)
     log.info("mcp server connecting", extra={"server": spec.name, "url": spec.where,
                                              "transport": spec.transport})
-    async with _transport(spec, make, auth) as (read, write):
-        sink, source = anyio.create_memory_object_stream[Any](0)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_forward, read, sink, remote)
-            try:
-                yield remote, source, write
-            finally:
-                tg.cancel_scope.cancel()
-                source.close()
-    log.info("mcp server disconnected", extra={"server": spec.name, "reason": remote.reason})
+    try:
+        async with _transport(spec, make, auth) as (read, write):
+            sink, source = anyio.create_memory_object_stream[Any](0)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_forward, read, sink, remote)
+                try:
+                    yield remote, source, write
+                finally:
+                    tg.cancel_scope.cancel()
+                    source.close()
+    finally:
+        log.info("mcp server disconnected", extra={"server": spec.name,
+                                                   "reason": remote.reason or remote.trouble})
 
 
 @asynccontextmanager
