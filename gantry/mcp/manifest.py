@@ -44,8 +44,8 @@ class ServerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     """One `[[server]]` table as written (after `${VAR}` expansion).
 
     Exactly one of `command` (stdio child) and `url` (remote server) is set; `transport`
-    says which protocol a `url` speaks. A new remote key (say `auth`) is a field here, a
-    name in ALLOWED, and a check in `_check_remote`.
+    says which protocol a `url` speaks. A remote key is a field here, a name in ALLOWED and
+    _REMOTE_KEYS, and a check in `_check_remote` (the OAuth keys: `_check_oauth`).
     """
 
     name: str
