@@ -334,6 +334,17 @@ async def test_run_time_refreshes_the_token_and_turns_a_refused_refresh_into_log
     assert server.stats()["refresh_grants"] == 2 and hook.gates["remote"].reason is None
     seen.append(json.loads(store.get("remote").tokens))
 
+    # The authorization server is down (503): that request fails, no login is needed, and
+    # once it is back the refresh happens.
+    httpx.post(f"{server.base}/test/token-down", timeout=5).raise_for_status()
+    store.expire_access("remote", spec.url, store.get("remote").tokens)
+    await fails(hook, spec)
+    assert hook.gates["remote"].reason is None and store.get("remote").login_required is None
+    httpx.post(f"{server.base}/test/token-up", timeout=5).raise_for_status()
+    assert await call_whoami(hook, spec) == "operator"
+    assert server.stats()["refresh_grants"] == 3
+    seen.append(json.loads(store.get("remote").tokens))
+
     # Revoked refresh token: no interactive flow, no retry — a login is needed, said clearly.
     server.revoke_all()
     store.expire_access("remote", spec.url, store.get("remote").tokens)

@@ -233,7 +233,8 @@ class RuntimeProvider(OAuthClientProvider):
     sent again. What is left — a refresh the authorization server refuses (4xx), a 401 on a
     freshly refreshed token, a 401 with nothing stored, a 403 for more scope — needs a new
     login: `gate.refuse`, and the 401 goes back to the transport, so the request fails. A
-    refresh answered with a 5xx or 429 is an ordinary failure (retried later).
+    refresh answered with a 5xx or 429 fails the request the same way (that answer goes back)
+    and needs no login: an ordinary failure, retried with backoff and breaker.
     """
 
     def __init__(self, spec: ServerSpec, storage: DbTokenStorage, gate: Gate) -> None:
@@ -267,8 +268,7 @@ class RuntimeProvider(OAuthClientProvider):
     async def _handle_refresh_response(self, response: httpx2.Response) -> bool:
         status = response.status_code
         if status >= 500 or status == 429:
-            raise OAuthTokenError(f"the authorization server answered the token refresh with "
-                                  f"HTTP {status}")
+            raise _RefreshUnavailable(status)
         ok = await super()._handle_refresh_response(response)
         if not ok:
             self.refused = f"the authorization server refused the refresh token (HTTP {status})"
@@ -287,6 +287,9 @@ class RuntimeProvider(OAuthClientProvider):
                 outgoing = await flow.asend(response)
         except StopAsyncIteration:
             return
+        except _RefreshUnavailable as exc:
+            self._unavailable(exc)
+            return  # the token endpoint's answer is the response: this request fails
         finally:
             await flow.aclose()
         if self.refused is None and response.status_code == 401 \
@@ -294,13 +297,24 @@ class RuntimeProvider(OAuthClientProvider):
             async with self.context.lock:
                 if self.context.can_refresh_token():
                     refreshed = yield await self._refresh_token()
-                    if await self._handle_refresh_response(refreshed):
+                    try:
+                        ok = await self._handle_refresh_response(refreshed)
+                    except _RefreshUnavailable as exc:
+                        self._unavailable(exc)
+                        return
+                    if ok:
                         self._add_auth_header(request)
                         response = yield request
                         if not _challenged(response):
                             return
                         self.refused = "the server refused a freshly refreshed access token"
         self._refuse(request, response)
+
+    def _unavailable(self, exc: _RefreshUnavailable) -> None:
+        """A refresh the authorization server could not do now: no login is needed, the
+        request fails (its answer is the token endpoint's) and is retried like any other."""
+        log.warning("mcp oauth: the token refresh failed; the request fails and is retried "
+                    "later", extra={"server": self.gate.spec.name, "status": exc.status})
 
     def _refuse(self, request: httpx2.Request, response: httpx2.Response) -> None:
         if self.refused:
@@ -311,6 +325,14 @@ class RuntimeProvider(OAuthClientProvider):
             self.gate.refuse("the server asks for a login and none is stored")
         else:
             self.gate.refuse("the server refused the access token")
+
+
+class _RefreshUnavailable(Exception):
+    """The token endpoint answered a refresh with a 5xx or 429: try again later."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"token refresh answered HTTP {status}")
+        self.status = status
 
 
 async def _interactive(*_: Any) -> Any:

@@ -10,7 +10,8 @@ with httpx instead of a person with a browser).
 Run `python -m tests.fakes.mcp_oauth [--access-ttl S] [--no-registration CLIENT_ID]`; it
 prints its base URL on stdout's first line and serves until killed. `POST /test/revoke`
 forgets every token (refresh tokens included), `POST /test/forget-access` only the access
-tokens; `GET /test/stats` counts grants. Test-only
+tokens, `POST /test/token-down` (`-up`) makes /token answer 503; `GET /test/stats` counts
+grants. Test-only
 routes, unauthenticated: never anything but loopback.
 """
 
@@ -163,6 +164,26 @@ def build(base: str, provider: MemoryProvider, *, registration: bool) -> MCPServ
     return server
 
 
+class TokenSwitch:
+    """ASGI wrapper: `POST /test/token-down` makes /token answer 503 (an authorization server
+    that is down) until `POST /test/token-up`."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.down = False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path") if scope["type"] == "http" else None
+        if path in ("/test/token-down", "/test/token-up"):
+            self.down = path == "/test/token-down"
+            await JSONResponse({"down": self.down})(scope, receive, send)
+        elif path == "/token" and self.down:
+            await JSONResponse({"error": "temporarily_unavailable"},
+                               status_code=503)(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+
 def main() -> None:
     import anyio
     import uvicorn
@@ -183,7 +204,8 @@ def main() -> None:
             client_id=args.no_registration, redirect_uris=[PRE_REGISTERED_REDIRECT],  # type: ignore[list-item]
             token_endpoint_auth_method="none", grant_types=["authorization_code",
                                                             "refresh_token"])
-    app = build(base, provider, registration=not args.no_registration).streamable_http_app()
+    app = TokenSwitch(build(base, provider, registration=not args.no_registration)
+                      .streamable_http_app())
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     print(base, flush=True)
     sys.stdout.close()
