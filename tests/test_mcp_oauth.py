@@ -29,10 +29,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class OAuthServer:
-    def __init__(self, proc: subprocess.Popen[str], base: str) -> None:
+    def __init__(self, proc: subprocess.Popen[str], base: str, path: str = "/mcp") -> None:
         self.proc = proc
         self.base = base
-        self.url = f"{base}/mcp"
+        self.url = f"{base}{path}"
 
     def stats(self) -> dict[str, int]:
         return dict(httpx.get(f"{self.base}/test/stats", timeout=5).json())
@@ -59,7 +59,7 @@ def oauth_server() -> Iterator[Callable[..., OAuthServer]]:
                 break
             except httpx.TransportError:
                 time.sleep(0.05)
-        return OAuthServer(proc, base)
+        return OAuthServer(proc, base, "/sse" if "--sse" in args else "/mcp")
 
     yield start
     for proc in started:
@@ -270,10 +270,11 @@ def test_store_rows_and_repr_keep_secrets_out(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ run time
 
 
-def oauth_spec(server: OAuthServer, name: str = "remote") -> Any:
+def oauth_spec(server: OAuthServer, name: str = "remote", transport: str = "streamable-http"
+               ) -> Any:
     from gantry.mcp.manifest import ServerSpec
 
-    return ServerSpec(name=name, url=server.url, auth="oauth")
+    return ServerSpec(name=name, url=server.url, auth="oauth", transport=transport)
 
 
 async def call_whoami(hook: Any, spec: Any) -> str:
@@ -430,6 +431,27 @@ async def test_host_boots_without_a_login_waits_for_one_and_says_so(
     said = [r.__dict__.get("reason") for r in caplog.records
             if r.getMessage() == "mcp server needs an OAuth login"]
     assert said == [f"not logged in; {hint}", want]  # each reason once, however many looks
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_legacy_sse_server_logs_in_and_is_called_with_the_token(
+    tmp_path: Path, oauth_server: Callable[..., OAuthServer]
+) -> None:
+    from gantry.mcp.host import Host
+    from gantry.mcp.tokens import oauth_hook
+    from gantry.tools import Registry
+
+    server = oauth_server("--sse")
+    env = gantry_env(tmp_path, manifest(tmp_path, server, transport="sse"))
+    code, out, err = await anyio.to_thread.run_sync(cli_login, env, "remote")
+    assert code == 0 and "2 tools" in out, out + err
+    spec = oauth_spec(server, transport="sse")
+    host = Host([spec], Registry(), env, auth=oauth_hook([spec], tmp_path / "data" / "gantry.db"))
+    async with anyio.create_task_group() as tg:
+        await host.start(tg)
+        assert (await host.call("remote", "whoami", {})).text == "operator"
+        tg.cancel_scope.cancel()
 
 
 @pytest.mark.slow

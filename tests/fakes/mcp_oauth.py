@@ -7,7 +7,7 @@ metadata). Only the provider's storage is ours: in memory, consenting at once (t
 endpoint redirects straight to the client's redirect_uri with a code, which a test follows
 with httpx instead of a person with a browser).
 
-Run `python -m tests.fakes.mcp_oauth [--access-ttl S] [--no-registration CLIENT_ID]`; it
+Run `python -m tests.fakes.mcp_oauth [--access-ttl S] [--no-registration CLIENT_ID] [--sse]`; it
 prints its base URL on stdout's first line and serves until killed. `POST /test/revoke`
 forgets every token (refresh tokens included), `POST /test/forget-access` only the access
 tokens, `POST /test/token-down` (`-up`) makes /token answer 503; `GET /test/stats` counts
@@ -127,12 +127,13 @@ class MemoryProvider:
         self.refresh.clear()
 
 
-def build(base: str, provider: MemoryProvider, *, registration: bool) -> MCPServer:
+def build(base: str, provider: MemoryProvider, *, registration: bool,
+          path: str = "/mcp") -> MCPServer:
     server = MCPServer(
         "oauth-fixture",
         auth_server_provider=provider,
         auth=AuthSettings(
-            issuer_url=base, resource_server_url=f"{base}/mcp", validate_token_resource=False,
+            issuer_url=base, resource_server_url=f"{base}{path}", validate_token_resource=False,
             client_registration_options=ClientRegistrationOptions(enabled=registration),
             revocation_options=RevocationOptions(enabled=True)),
     )
@@ -193,6 +194,7 @@ def main() -> None:
     p.add_argument("--no-registration", metavar="CLIENT_ID",
                    help="no dynamic registration; CLIENT_ID is registered in advance (public, "
                    f"redirect URI {PRE_REGISTERED_REDIRECT})")
+    p.add_argument("--sse", action="store_true", help="legacy SSE at /sse instead of /mcp")
     args = p.parse_args()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -204,8 +206,9 @@ def main() -> None:
             client_id=args.no_registration, redirect_uris=[PRE_REGISTERED_REDIRECT],  # type: ignore[list-item]
             token_endpoint_auth_method="none", grant_types=["authorization_code",
                                                             "refresh_token"])
-    app = TokenSwitch(build(base, provider, registration=not args.no_registration)
-                      .streamable_http_app())
+    server = build(base, provider, registration=not args.no_registration,
+                   path="/sse" if args.sse else "/mcp")
+    app = TokenSwitch(server.sse_app() if args.sse else server.streamable_http_app())
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     print(base, flush=True)
     sys.stdout.close()
