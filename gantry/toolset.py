@@ -63,6 +63,7 @@ async def collect(cfg: Config, environ: Mapping[str, str]) -> Listing:
     conn = apsw.Connection(":memory:")
     db.migrate(conn)
     failed: Exception | None = None
+    down: list[tuple[str, str]] = []
     try:
         host = load_mcp(cfg, environ, registry)
         router = build_router(cfg, registry, host)
@@ -70,6 +71,7 @@ async def collect(cfg: Config, environ: Mapping[str, str]) -> Listing:
             try:  # caught in here, not as an exception group outside
                 if host is not None:
                     await start_mcp(host, tg)
+                    down = host.unavailable()  # optional servers not up (not after the stop)
                 if cfg.cron_enabled:
                     from gantry import cron
 
@@ -90,7 +92,7 @@ async def collect(cfg: Config, environ: Mapping[str, str]) -> Listing:
                and t.name not in shown]
     task_only = sorted(lt.exposed for s in (host.servers.values() if host else ())
                        for lt in s.listed.values() if lt.needs_task and lt.name not in s.hidden)
-    return Listing(offer, catalog, task_only, host.unavailable() if host else [])
+    return Listing(offer, catalog, task_only, down)
 
 
 def _line(tool: Any, width: int, mark: str) -> str:

@@ -79,9 +79,23 @@ async def test_server_everything_over_http_lists_and_calls(mode: str) -> None:
             assert line.startswith("every: up, 13 tools"), line
 
 
+async def test_legacy_sse_server_restart_is_reconnected() -> None:
+    """Legacy SSE has one stream: it ends with the server, and gantry reconnects."""
+    with everything_http("sse") as srv:
+        async with running(toml_remote("every", srv.url, transport="sse")) as host:
+            server = host.servers["every"]
+            first = server.session
+            await anyio.to_thread.run_sync(srv.restart)
+            await until(lambda: server.session not in (None, first), what="a new session")
+            result = await host.call("every", "echo", {"message": "two"})
+            assert (result.text, result.error) == ("Echo: two", False)
+            assert len(host.tools("every")) == 13
+
+
 async def test_server_everything_restart_loses_the_session_and_it_is_renewed() -> None:
     """After a restart server-everything answers the old session id with HTTP 400 (a JSON-RPC
-    error without an id); gantry re-initialises and the next call works."""
+    error without an id); gantry re-initialises and the next call works. The restart blocks
+    the event loop, so the call is the first to meet the lost session."""
     with everything_http() as srv:
         async with running(toml_remote("every", srv.url)) as host:
             server = host.servers["every"]
@@ -307,3 +321,35 @@ async def test_proxy_variables_are_obeyed_and_no_proxy_bypasses(
                 assert (await direct.call("px", "echo", {"text": "direct"})).text == "direct"
             assert len(seen) == 1
             outer.cancel_scope.cancel()
+
+
+async def test_a_call_waiting_on_a_person_is_off_the_clock() -> None:
+    """Server.waiting_on_a_person() (for an elicitation relayed to the user) holds the
+    deadlines of the server's calls in flight: 3 s of silence pass a 1 s timeout."""
+    manifest = toml_server("every", everything_command(), timeout=1)
+    async with running(manifest) as host:
+        server = host.servers["every"]
+        done: list[object] = []
+
+        async def call() -> None:
+            done.append(await host.call("every", "trigger-long-running-operation",
+                                        {"duration": 3, "steps": 1}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            await until(lambda: server._deadlines, what="the call in flight")
+            with server.waiting_on_a_person():
+                await until(lambda: done, what="the call's answer")
+        (result,) = done
+        assert not result.error, result.text  # type: ignore[attr-defined]
+        assert not server._deadlines
+
+
+async def test_an_optional_child_that_cannot_start_does_not_stop_boot() -> None:
+    manifest = toml_server("broken", ["/bin/false"]) + "required = false\n"
+    async with running(manifest) as host:
+        server = host.servers["broken"]
+        assert server.session is None
+        line = host.status_lines()[0]
+        assert line.startswith("broken: restarting (optional, last error: MCP server 'broken'")
+        assert "it exited with code 1" in line, line

@@ -58,6 +58,7 @@ def test_check_and_tools_list_cover_remote_and_optional_servers(tmp_path: Path) 
     assert listing.returncode == 0, listing.stderr
     assert "every__echo" in listing.stdout
     assert "not connected: MCP server opt (optional" in listing.stdout
+    assert "not connected: MCP server every" not in listing.stdout  # up while listed
 
 
 def test_run_calls_a_remote_tool_and_status_shows_the_server(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ a circuit breaker stops hammering one that keeps failing. Public API for other p
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections import deque
@@ -25,6 +26,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from gantry.mcp import convert, wire
 from gantry.mcp.breaker import Breaker
 from gantry.mcp.child import INVALID_MESSAGE
+from gantry.mcp.deadline import Deadline, held
 from gantry.mcp.link import AuthHook, Link, delivery, open_link
 from gantry.mcp.manifest import ServerSpec
 from gantry.mcp.validate import ArgsValidator, compile_schema
@@ -159,6 +161,7 @@ class Server:
             self.login.on_refused = self._login_lost
         self.error = ""  # why it is not up, for /status and check (an optional server's)
         self._next_up = anyio.Event()  # set (and replaced) as each new session comes up
+        self._deadlines: set[Deadline] = set()  # of the calls in flight
         self.listed: dict[str, ListedTool] = {}
         self.hidden = frozenset(hidden)  # MCP names callable via Host.call, never offered
         self._task_only_said: frozenset[str] = frozenset()
@@ -257,11 +260,15 @@ class Server:
             self.state = "open" if self.breaker.state == "open" else "restarting"
             self.error = _redacted(reason.split("\n", 1)[0])
             # An optional server that never came up was logged once; its retries are debug.
-            log.log(logging.WARNING if ever_up else logging.DEBUG,
-                    "mcp server down; restarting",
-                    extra={"server": self.name, "reason": reason,
-                           "in_seconds": round(delay, 2), "attempt": attempt,
-                           "breaker": self.breaker.state})
+            if quick:
+                log.info("mcp session lost; re-initialising",
+                         extra={"server": self.name, "reason": reason})
+            else:
+                log.log(logging.WARNING if ever_up else logging.DEBUG,
+                        "mcp server down; restarting",
+                        extra={"server": self.name, "reason": reason,
+                               "in_seconds": round(delay, 2), "attempt": attempt,
+                               "breaker": self.breaker.state})
             await anyio.sleep(delay)
             self.state = "restarting"
 
@@ -487,29 +494,36 @@ class Server:
         from mcp_types import REQUEST_TIMEOUT
 
         timeout = self.spec.timeout_seconds
-        start = anyio.current_time()
-        cap = start + call_cap(timeout)
-        with anyio.CancelScope(deadline=start + timeout) as scope:
+        with anyio.CancelScope() as scope:
+            deadline = Deadline(scope, timeout, call_cap(timeout))
+            self._deadlines.add(deadline)
 
             async def progress(done: float, total: float | None, message: str | None) -> None:
-                scope.deadline = min(cap, anyio.current_time() + timeout)
+                deadline.alive()
 
-            for attempt in range(2):
-                with delivery() as ticket:
-                    try:
-                        # The SDK's own timeout only backs ours up (it knows no progress).
-                        return await session.call_tool(tool, args, call_cap(timeout) + 5,
-                                                       progress_callback=progress)
-                    except Exception:
-                        if attempt or not ticket.undelivered:
-                            raise
-                        session = await self._renewed(session)
-                        if session is None:
-                            raise
-                log.info("mcp call sent again: it never reached the server",
-                         extra={"server": self.name, "tool": tool})
-        capped = scope.deadline >= cap
-        raise MCPError(code=REQUEST_TIMEOUT, message=CAPPED if capped else "timed out")
+            try:
+                for attempt in range(2):
+                    with delivery() as ticket:
+                        try:
+                            # Ours is the timeout (the SDK's knows neither progress nor holds).
+                            return await session.call_tool(tool, args, math.inf,
+                                                           progress_callback=progress)
+                        except Exception:
+                            if attempt or not ticket.undelivered:
+                                raise
+                            session = await self._renewed(session)
+                            if session is None:
+                                raise
+                    log.info("mcp call sent again: it never reached the server",
+                             extra={"server": self.name, "tool": tool})
+            finally:
+                self._deadlines.discard(deadline)
+        raise MCPError(code=REQUEST_TIMEOUT, message=CAPPED if deadline.capped else "timed out")
+
+    def waiting_on_a_person(self) -> Any:
+        """A context manager: while it is open, the calls in flight on this server are off
+        the clock (a question relayed to the user is not the server being slow)."""
+        return held(self._deadlines)
 
     async def _renewed(self, old: Any) -> Any:
         """The session after `old`, once it is up (the caller's deadline bounds the wait)."""
