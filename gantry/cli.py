@@ -176,6 +176,9 @@ def _parser() -> argparse.ArgumentParser:
         "browser was sent to (or the code), and store the tokens in $DATA_DIR/gantry.db. "
         "Needs a terminal: `docker compose run --rm gantry mcp login NAME`.")
     ml.add_argument("name", help="the server's name in the manifest")
+    ml.add_argument("--new-client", action="store_true",
+                    help="register gantry with the authorization server again instead of "
+                    "reusing the stored registration (when its page says the client is unknown)")
     env_file(ml)
     from gantry.memory.cli import add_parsers as memory_parsers
 

@@ -165,6 +165,11 @@ def test_login_again_reuses_the_registration(
     assert json.loads(first.client_info)["client_id"] == json.loads(
         second.client_info)["client_id"]
     assert first.tokens != second.tokens
+    env_argv = [sys.executable, "-m", "gantry", "mcp", "login", "remote", "--new-client"]
+    assert cli_login(env, "remote", argv=env_argv)[0] == 0
+    assert server.stats()["registered"] == 2
+    assert json.loads(stored(tmp_path).client_info)["client_id"] != json.loads(
+        first.client_info)["client_id"]
 
 
 @pytest.mark.slow

@@ -166,8 +166,11 @@ def _explain(exc: BaseException, spec: Any) -> str:
     return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
-async def login(spec: Any, store: Any, term: Terminal, environ: Mapping[str, str]) -> int:
-    """Run the flow against `spec`, store the result; 0 on success, 1 (said why) otherwise."""
+async def login(spec: Any, store: Any, term: Terminal, environ: Mapping[str, str],
+                new_client: bool = False) -> int:
+    """Run the flow against `spec`, store the result; 0 on success, 1 (said why) otherwise.
+    `new_client`: register anew instead of reusing the stored registration (the provider
+    forgot it: its authorization page says the client is unknown)."""
     import logging
     import time
 
@@ -179,7 +182,7 @@ async def login(spec: Any, store: Any, term: Terminal, environ: Mapping[str, str
     record = store.get(spec.name)
     reuse = None
     if spec.client_id is None and record is not None and record.url == spec.url \
-            and record.client_info:
+            and record.client_info and not new_client:
         from mcp.shared.auth import OAuthClientInformationFull
 
         reuse = OAuthClientInformationFull.model_validate_json(record.client_info)
@@ -276,4 +279,5 @@ def main(args: Any) -> int:
         print(f"gantry mcp login: {exc}", file=sys.stderr)
         return 1
     store = TokenStore(os.fspath(cfg.db_path))
-    return anyio.run(login, spec, store, Terminal(sys.stdin, sys.stdout), environ)
+    return anyio.run(login, spec, store, Terminal(sys.stdin, sys.stdout), environ,
+                     args.new_client)

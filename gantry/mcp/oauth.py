@@ -292,8 +292,10 @@ class RuntimeProvider(OAuthClientProvider):
             return  # the token endpoint's answer is the response: this request fails
         finally:
             await flow.aclose()
+        # One refresh for a refused token that looked valid; not where nothing may be stored
+        # (gantry check), as the refresh token may rotate.
         if self.refused is None and response.status_code == 401 \
-                and "authorization" in request.headers:
+                and "authorization" in request.headers and not self.gate.store.read_only:
             async with self.context.lock:
                 if self.context.can_refresh_token():
                     refreshed = yield await self._refresh_token()
