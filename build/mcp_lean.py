@@ -159,9 +159,11 @@ WEB_IMPORTS = (
 # mcp's modules that build/build.py keeps Nuitka from following (with the web stack itself):
 # each imports the web stack at module level, and nothing gantry runs imports them —
 # tests/test_build_mcp_lean.py checks that against the client path and `gantry mcp-memory`.
+# The authorization server's endpoints (mcp.server.auth.handlers) are among them: gantry is an
+# OAuth client only (mcp.client.auth, which imports none of the server half).
 NOT_FOLLOWED = (*WEB_IMPORTS[1:], "mcp.server._streamable_http_modern",
-                "mcp.server.auth.json_response", "mcp.server.mcpserver", "mcp.server.fastmcp",
-                "mcp.server.sse")
+                "mcp.server.auth.handlers", "mcp.server.auth.json_response",
+                "mcp.server.mcpserver", "mcp.server.fastmcp", "mcp.server.sse")
 
 
 def _is_web(module: str) -> bool:

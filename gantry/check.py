@@ -276,11 +276,11 @@ async def check_mcp(cfg: Config, environ: Mapping[str, str]) -> list[Result]:
         return [_ok("mcp manifest", f"no MCP servers ({cfg.mcp_manifest})")]
     out = [_ok("mcp manifest", f"{len(specs)} server(s) in {cfg.mcp_manifest}")]
     for spec in specs:
-        out.append(await _probe_server(spec, environ))
+        out.append(await _probe_server(spec, environ, cfg.db_path))
     return out
 
 
-async def _probe_server(spec: Any, environ: Mapping[str, str]) -> Result:
+async def _probe_server(spec: Any, environ: Mapping[str, str], db_path: Any = None) -> Result:
     import anyio
 
     from gantry.mcp.elicitation import Elicitor
@@ -289,8 +289,18 @@ async def _probe_server(spec: Any, environ: Mapping[str, str]) -> Result:
 
     name = f"mcp {spec.name}"
     started = time.monotonic()
+    auth = None
+    if getattr(spec, "auth", None) == "oauth":
+        from gantry.mcp.tokens import login_check, oauth_hook
+
+        verdict = login_check(spec, db_path, time.time())
+        if verdict is not None and not verdict[0]:
+            return _fail(name, verdict[1], f"log in: gantry mcp login {spec.name} (docs/mcp.md)")
+        if verdict is not None:
+            return _ok(name, verdict[1])
+        auth = oauth_hook([spec], db_path, read_only=True)
     # Capabilities as `gantry run` declares them: some servers list tools by them.
-    host = Host([spec], Registry(), environ, elicitor=Elicitor())
+    host = Host([spec], Registry(), environ, auth=auth, elicitor=Elicitor())
     failed: str | None = None
     tools = 0
     async with anyio.create_task_group() as tg:
@@ -303,6 +313,10 @@ async def _probe_server(spec: Any, environ: Mapping[str, str]) -> Result:
             failed = str(exc)
         ms = _elapsed(started)
         tg.cancel_scope.cancel()  # the supervisor stops and reaps the child on its way out
+    login = host.servers[spec.name].login
+    if login is not None and login.reason:  # the server refused the stored token
+        return _fail(name, login.reason, f"log in: gantry mcp login {spec.name} (docs/mcp.md)",
+                     ms)
     hint = ("check its url, headers and the network (HTTPS_PROXY/NO_PROXY, SSL_CERT_FILE)"
             if spec.remote else
             "check its command, args and env in the manifest; distroless needs static binaries")

@@ -1,5 +1,5 @@
 """Command line: `gantry run | status | version | init | check | tools | cron | memory |
-mcp-memory`.
+mcp | mcp-memory`.
 
 Each command imports only what it needs: `status` is the container healthcheck and runs
 every few seconds, so it must not pay for aiogram, mcp or httpx.
@@ -95,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(
         dest="command",
-        metavar="{run,status,version,init,check,tools,cron,memory,mcp-memory}")
+        metavar="{run,status,version,init,check,tools,cron,memory,mcp,mcp-memory}")
     run = sub.add_parser("run", help="run the agent daemon (the default command)")
     env_file(run)
     st = sub.add_parser(
@@ -168,6 +168,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     env_file(chk)
     chk.add_argument("--json", action="store_true", help="print one JSON object instead")
+    mcp = sub.add_parser("mcp", help="remote MCP servers: log in with OAuth")
+    mcp_sub = mcp.add_subparsers(dest="mcp_command", metavar="{login}", required=True)
+    ml = mcp_sub.add_parser(
+        "login", help="log in to an `auth = \"oauth\"` server of the manifest",
+        description="Print the server's authorization address, read back the address the "
+        "browser was sent to (or the code), and store the tokens in $DATA_DIR/gantry.db. "
+        "Needs a terminal: `docker compose run --rm gantry mcp login NAME`.")
+    ml.add_argument("name", help="the server's name in the manifest")
+    ml.add_argument("--new-client", action="store_true",
+                    help="register gantry with the authorization server again instead of "
+                    "reusing the stored registration (when its page says the client is unknown)")
+    env_file(ml)
     from gantry.memory.cli import add_parsers as memory_parsers
 
     memory_parsers(sub)
@@ -320,6 +332,10 @@ def main(argv: list[str] | None = None) -> int:
         from gantry.check import main as check_main
 
         return check_main(args.env_file, args.json)
+    if command == "mcp":
+        from gantry.mcp.login import main as login_main
+
+        return login_main(args)
     if command in ("mcp-memory", "memory"):
         from gantry.memory.cli import main as memory_main
 

@@ -77,6 +77,14 @@ def share_secrets(*secrets: str) -> None:
             _SHARED.append(s)
 
 
+def unshare_secrets(*secrets: str) -> None:
+    """Stop hiding `secrets` that no longer exist (an OAuth token replaced by its refresh),
+    so a long-running daemon's list does not grow with every refresh."""
+    for s in secrets:
+        if s in _SHARED:
+            _SHARED.remove(s)
+
+
 def strip_url_credentials(text: str) -> str:
     """Every `scheme://user:password@` in `text` with the credentials replaced."""
     return _URL_USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", text)

@@ -143,8 +143,9 @@ def load_mcp(cfg: Config, environ: Mapping[str, str], registry: Any) -> Any:
         return None
     from gantry.mcp.elicitation import Elicitor
     from gantry.mcp.host import Host
+    from gantry.mcp.tokens import oauth_hook
 
-    return Host(specs, registry, environ, memory_only(cfg),
+    return Host(specs, registry, environ, memory_only(cfg), auth=oauth_hook(specs, cfg.db_path),
                 elicitor=Elicitor(timeout=float(cfg.elicitation_timeout_seconds)))
 
 

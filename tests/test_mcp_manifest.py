@@ -181,3 +181,75 @@ def test_errors_point_at_what_exists_outside_a_clone() -> None:
     text = str(info.value)
     assert "deploy/mcp.toml" not in text
     assert "docs/mcp.md" in text and "gantry init --manifest" in text
+
+
+def test_oauth_keys_are_checked_naming_server_and_key() -> None:
+    found = problems(
+        f"""
+[[server]]
+name = "kind"
+url = "https://mcp.example.test/mcp"
+auth = "basic"
+
+[[server]]
+name = "stray"
+url = "https://mcp.example.test/mcp"
+client_id = "abc"
+scopes = ["read"]
+
+[[server]]
+name = "secret-alone"
+url = "https://mcp.example.test/mcp"
+auth = "oauth"
+client_secret = "${{UNSET_SECRET}}"
+
+[[server]]
+name = "shapes"
+url = "https://mcp.example.test/mcp"
+headers = {{ authorization = "Bearer x" }}
+auth = "oauth"
+client_id = " "
+scopes = ["read write", "ok"]
+redirect_uri = "urn:ietf:wg:oauth:2.0:oob"
+
+[[server]]
+name = "child"
+command = "{PY}"
+auth = "oauth"
+"""
+    )
+    assert found == [
+        "server 'kind': auth must be \"oauth\" (the only kind there is), not 'basic'",
+        "server 'stray': client_id is used only with auth = \"oauth\"",
+        "server 'stray': scopes is used only with auth = \"oauth\"",
+        "server 'secret-alone': client_secret needs client_id (a client registered in "
+        "advance); without both gantry registers itself",
+        "server 'secret-alone': client_secret: ${UNSET_SECRET} is used but not set in "
+        "gantry's environment",
+        "server 'shapes': headers: 'authorization' is what auth = \"oauth\" sets; remove one",
+        "server 'shapes': client_id is empty",
+        "server 'shapes': scopes: 'read write' is not one scope (no spaces, quotes or "
+        "backslashes; list each scope apart)",
+        "server 'shapes': redirect_uri 'urn:ietf:wg:oauth:2.0:oob' must be an absolute "
+        "http(s) URL (the one registered for client_id)",
+        "server 'child': auth is only for url servers (this one has a command)",
+    ], found
+
+
+def test_oauth_client_secret_is_expanded_and_kept_out_of_repr() -> None:
+    [spec] = parse(
+        """
+[[server]]
+name = "gh"
+url = "https://mcp.example.test/mcp"
+headers = { X-Api = "${TOKEN}" }
+auth = "oauth"
+client_id = "gantry-app"
+client_secret = "${TOKEN}"
+scopes = ["repo", "read:org"]
+redirect_uri = "https://example.test/callback"
+""",
+        ENV,
+    )
+    assert spec.client_secret == "s3cret" and spec.scopes == ["repo", "read:org"]
+    assert "s3cret" not in repr(spec) and "gantry-app" in repr(spec)

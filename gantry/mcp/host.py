@@ -159,6 +159,11 @@ class Server:
         self.session: Any = None
         self.link: Link | None = None
         self.auth = auth  # gives a remote server's HTTP client its httpx2.Auth (link.py)
+        # An OAuth server's login state (gantry/mcp/oauth.py Gate), from the hook that has one.
+        gate = getattr(auth, "gate", None)
+        self.login: Any = gate(spec) if gate is not None else None
+        if self.login is not None:
+            self.login.on_refused = self._login_lost
         self.error = ""  # why it is not up, for /status and check (an optional server's)
         self._next_up = anyio.Event()  # set (and replaced) as each new session comes up
         self.listed: dict[str, ListedTool] = {}
@@ -189,6 +194,10 @@ class Server:
         while True:
             up_at = 0.0
             renew = False
+            if self.login is not None and self.login.check() is not None:
+                first = self._needs_login(first, task_status)
+                await self.login.wait()
+                continue
             try:
                 auth = self.auth(self.spec) if self.auth is not None and self.spec.remote else None
                 async with open_link(self.spec, self.environ, self.warned, auth) as (
@@ -221,6 +230,9 @@ class Server:
                         renew = link.renew
                         self.session = None
             except Exception as exc:
+                if self.login is not None and self.login.reason is not None:
+                    first = self._needs_login(first, task_status)
+                    continue  # not a failure of the server: it waits for `gantry mcp login`
                 # open_link's task groups wrap what its body raised in an exception group.
                 cause = _cause(exc)
                 if isinstance(cause, ServerStartError):
@@ -263,6 +275,22 @@ class Server:
                                "breaker": self.breaker.state})
             await anyio.sleep(delay)
             self.state = "restarting"
+
+    def _needs_login(self, first: bool, task_status: TaskStatus[None]) -> bool:
+        """An OAuth server without a usable login: boot goes on without it (logging in is the
+        operator's step, in another process), and it waits for one. Returns the new `first`."""
+        self.state, self.error = "needs login", self.login.reason or ""
+        if first:
+            task_status.started()
+        return False
+
+    def _login_lost(self) -> None:
+        """The stored OAuth tokens stopped working: close the connection they serve."""
+        if self.link is not None:
+            self.link.mark_closed("its OAuth login no longer works")
+
+    def _login_text(self) -> str:
+        return f"MCP server {self.name!r} needs an OAuth login: {self.login.reason}"
 
     def _start_message(self, error: str, tail: str) -> str:
         verb = "could not connect" if self.spec.remote else "could not start"
@@ -441,6 +469,9 @@ class Server:
         if stats is None:
             stats = self.stats[tool] = ToolStats()
         session = self.session
+        if self.login is not None and self.login.reason is not None:
+            stats.record(0.0, error=True)
+            return CallResult(self._login_text(), error=True)
         if session is None or not self.breaker.allow():
             stats.record(0.0, error=True)
             wait = self.breaker.remaining()
@@ -453,6 +484,9 @@ class Server:
         try:
             result = await self._send_call(session, tool, args)
         except Exception as exc:
+            if self.login is not None and self.login.reason is not None:
+                stats.record(time.monotonic() - started, error=True)
+                return CallResult(self._login_text(), error=True)
             return self._call_failed(tool, stats, started, number, exc)
         finally:
             self.breaker.settle()
@@ -559,7 +593,9 @@ class Server:
         if tasks:
             notes.append(f"{tasks} task-only, not offered")
         tools = f"{len(self.listed)} tools" + (f" ({', '.join(notes)})" if notes else "")
-        if self.session is None and self.error:
+        if self.session is None and self.login is not None and self.login.reason:
+            state = f"needs login ({self.login.reason})"
+        elif self.session is None and self.error:
             optional = "optional, " if not self.spec.required else ""
             state += f" ({optional}last error: {self.error[:200]})"
         return (f"{self.name}: {state}, {tools}, {calls} calls, "

@@ -13,10 +13,15 @@ import anyio
 
 
 async def _collect(specs: Any, environ: Mapping[str, str]) -> list[Any]:
+    import os
+
     from gantry.mcp.host import Host, ServerStartError
+    from gantry.mcp.tokens import oauth_hook
     from gantry.tools import Registry
 
-    host = Host(specs, Registry(), environ)
+    data_dir = environ.get("DATA_DIR", "").strip() or "/data"
+    host = Host(specs, Registry(), environ,
+                auth=oauth_hook(specs, os.path.join(data_dir, "gantry.db")))
     failed: ServerStartError | None = None
     async with anyio.create_task_group() as tg:
         try:

@@ -35,7 +35,8 @@ _TRANSPORT_HEADERS = frozenset({"mcp-session-id", "mcp-protocol-version", "last-
                                 "content-type", "content-length", "transfer-encoding",
                                 "accept", "connection"})
 _STDIO_KEYS = ("command", "args", "env", "cwd")
-_REMOTE_KEYS = ("url", "transport", "headers", "allow_http")
+_OAUTH_KEYS = ("auth", "client_id", "client_secret", "scopes", "redirect_uri")
+_REMOTE_KEYS = ("url", "transport", "headers", "allow_http", *_OAUTH_KEYS)
 HIDDEN = "[REDACTED]"
 
 
@@ -43,8 +44,8 @@ class ServerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     """One `[[server]]` table as written (after `${VAR}` expansion).
 
     Exactly one of `command` (stdio child) and `url` (remote server) is set; `transport`
-    says which protocol a `url` speaks. A new remote key (say `auth`) is a field here, a
-    name in ALLOWED, and a check in `_check_remote`.
+    says which protocol a `url` speaks. A remote key is a field here, a name in ALLOWED and
+    _REMOTE_KEYS, and a check in `_check_remote` (the OAuth keys: `_check_oauth`).
     """
 
     name: str
@@ -58,6 +59,12 @@ class ServerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     allow_http: bool = False
     required: bool = True
     timeout_seconds: float = DEFAULT_TIMEOUT
+    # OAuth for a remote server (gantry/mcp/oauth.py, docs/mcp.md "OAuth").
+    auth: str | None = None
+    client_id: str | None = None
+    client_secret: str | None = None
+    scopes: list[str] | None = None
+    redirect_uri: str | None = None
 
     @property
     def remote(self) -> bool:
@@ -76,13 +83,21 @@ class ServerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
         if self.remote:
             return (f"ServerSpec(name={self.name!r}, url={self.where!r}, "
                     f"transport={self.transport!r}, headers={headers!r}, "
-                    f"required={self.required!r}, timeout_seconds={self.timeout_seconds!r})")
+                    f"required={self.required!r}, timeout_seconds={self.timeout_seconds!r}"
+                    f"{self._auth_repr()})")
         env = {k: HIDDEN for k in self.env}
         return (f"ServerSpec(name={self.name!r}, command={self.command!r}, args={self.args!r}, "
                 f"env={env!r}, cwd={self.cwd!r}, required={self.required!r}, "
                 f"timeout_seconds={self.timeout_seconds!r})")
 
     __str__ = __repr__
+
+    def _auth_repr(self) -> str:
+        if self.auth is None:
+            return ""
+        secret = ", client_secret=" + repr(HIDDEN) if self.client_secret is not None else ""
+        return (f", auth={self.auth!r}, client_id={self.client_id!r}{secret}, "
+                f"scopes={self.scopes!r}, redirect_uri={self.redirect_uri!r}")
 
 
 def shown_url(url: str) -> str:
@@ -100,10 +115,13 @@ def shown_url(url: str) -> str:
 
 
 def secrets(specs: list[ServerSpec]) -> list[str]:
-    """Every value the log redactor must hide: header values, and the URL's login and query."""
+    """Every value the log redactor must hide: header values, an OAuth client_secret, and the
+    URL's login and query."""
     out: list[str] = []
     for spec in specs:
         out += [v for v in spec.headers.values() if v]
+        if spec.client_secret:
+            out.append(spec.client_secret)
         for value in spec.headers.values():  # "Bearer abc…": the token alone, too
             scheme, _, token = value.partition(" ")
             if token and scheme.isalpha():
@@ -167,7 +185,8 @@ def _decode_error(where: str, exc: msgspec.ValidationError) -> str:
 
 
 ALLOWED = ("name", "command", "args", "env", "cwd", "url", "transport", "headers", "allow_http",
-           "required", "timeout_seconds")
+           "required", "timeout_seconds", "auth", "client_id", "client_secret", "scopes",
+           "redirect_uri")
 
 
 def _resolve_command(command: str, path_env: str | None) -> str | None:
@@ -270,7 +289,7 @@ def _check_remote(spec: ServerSpec, where: str, environ: Mapping[str, str]) -> l
             problems.append(f"{where}: headers: the value of {key!r} contains a line break "
                             "or NUL")
     problems += [f"{where}: url: {p}" for p in url_problems(url, spec.allow_http)]
-    return problems
+    return problems + _check_oauth(spec, where, environ)
 
 
 def _is_loopback(host: str) -> bool:
@@ -328,6 +347,47 @@ def _check_stdio(spec: ServerSpec, where: str, environ: Mapping[str, str]) -> li
     return problems
 
 
+_SCOPE = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")  # RFC 6749 §3.3 scope-token
+
+
+def _check_oauth(spec: ServerSpec, where: str, environ: Mapping[str, str]) -> list[str]:
+    """The OAuth keys: `auth = "oauth"` only, and the others only with it."""
+    problems: list[str] = []
+    if spec.auth is not None and spec.auth != "oauth":
+        problems.append(f"{where}: auth must be \"oauth\" (the only kind there is), "
+                        f"not {spec.auth!r}")
+    extras = [k for k in _OAUTH_KEYS[1:] if getattr(spec, k) is not None]
+    if spec.auth is None and extras:
+        problems += [f"{where}: {k} is used only with auth = \"oauth\"" for k in extras]
+    if spec.auth is not None:
+        problems += [f"{where}: headers: {k!r} is what auth = \"oauth\" sets; remove one"
+                     for k in spec.headers if k.lower() == "authorization"]
+    if spec.client_id is not None and not spec.client_id.strip():
+        problems.append(f"{where}: client_id is empty")
+    if spec.client_secret is not None and spec.client_id is None:
+        problems.append(f"{where}: client_secret needs client_id (a client registered in "
+                        "advance); without both gantry registers itself")
+    missing: set[str] = set()
+    expand(spec.client_secret or "", environ, missing)
+    problems += [f"{where}: client_secret: ${{{name}}} is used but not set in gantry's "
+                 "environment" for name in sorted(missing)]
+    for scope in spec.scopes or []:
+        if not _SCOPE.fullmatch(scope):
+            problems.append(f"{where}: scopes: {scope!r} is not one scope (no spaces, quotes "
+                            "or backslashes; list each scope apart)")
+    if spec.redirect_uri is not None:
+        try:
+            parts = urlsplit(spec.redirect_uri)
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+            problems.append(f"{where}: redirect_uri {spec.redirect_uri!r} must be an absolute "
+                            "http(s) URL (the one registered for client_id)")
+        elif parts.fragment:
+            problems.append(f"{where}: redirect_uri must not have a #fragment")
+    return problems
+
+
 def _expanded(spec: ServerSpec, environ: Mapping[str, str]) -> ServerSpec:
     unused: set[str] = set()
 
@@ -336,7 +396,8 @@ def _expanded(spec: ServerSpec, environ: Mapping[str, str]) -> ServerSpec:
 
     if spec.url is not None:
         return msgspec.structs.replace(
-            spec, url=x(spec.url), headers={k: x(v) for k, v in spec.headers.items()})
+            spec, url=x(spec.url), headers={k: x(v) for k, v in spec.headers.items()},
+            client_secret=x(spec.client_secret) if spec.client_secret is not None else None)
     assert spec.command is not None
     command = x(spec.command)
     return msgspec.structs.replace(

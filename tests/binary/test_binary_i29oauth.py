@@ -1,0 +1,78 @@
+"""OAuth for a remote MCP server inside the frozen binary in the distroless-like rootfs:
+`gantry mcp login` (no shell, no browser: the address is printed, the redirect pasted back)
+stores the tokens, and `gantry run` calls the server's tool with them. The SDK's client auth
+must be in the binary; the server-side auth stack is not (the fixture runs on the host's
+Python: tests/fakes/mcp_oauth.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gantry.mcp.tokens import TokenStore
+from tests.binary.rootfs import INSTALL_PATH, Sandbox
+from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
+from tests.procs import ChildIO
+from tests.test_mcp_oauth import OAuthServer, follow_authorize, oauth_server  # noqa: F401
+
+pytestmark = [pytest.mark.binary, pytest.mark.slow]
+WAIT = 90.0
+
+
+def test_login_then_a_tool_call_through_the_stored_tokens(
+    sandbox: Sandbox, persona_dir: Path, fake_openai: FakeOpenAI,
+    oauth_server: Callable[..., OAuthServer],  # noqa: F811
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    server = oauth_server()
+    etc = tmp_path_factory.mktemp("etc-gantry-oauth")
+    (etc / "mcp.toml").write_text(
+        f'[[server]]\nname = "remote"\nurl = "{server.url}"\nauth = "oauth"\n')
+    (etc / "mcp.toml").chmod(0o644)
+    etc.chmod(0o755)
+    data = sandbox.new_data_dir("oauth")
+    binds = {"/persona": persona_dir, "/etc/gantry": etc}
+    base_env = {"DATA_DIR": "/data", "PERSONA_DIR": "/persona",
+                "MCP_MANIFEST": "/etc/gantry/mcp.toml"}
+
+    login = ChildIO(sandbox.popen([INSTALL_PATH, "mcp", "login", "remote"], env=base_env,
+                                  data=data, binds=binds))
+    login.default_wait = WAIT
+    try:
+        shown = login.expect("Address or code: ")
+        match = re.search(r"^\s*(http\S+/authorize\?\S+)$", shown, re.MULTILINE)
+        assert match, shown
+        login.send(follow_authorize(match.group(1)))
+        login.expect("Logged in to 'remote': 2 tools.")
+        assert login.wait_exit(WAIT) == 0, login.stderr
+    finally:
+        login.kill()
+
+    fake_openai.push(ToolCalls([Call("remote__whoami", {}, id="c1")]), Reply("done"))
+    env = {**base_env, "CHANNEL": "stdio", "LLM_BASE_URL": fake_openai.base_url,
+           "LLM_API_KEY": "sk-binary-smoke", "LLM_MODEL": "fake-model"}
+    run = ChildIO(sandbox.popen([INSTALL_PATH, "run"], env=env, data=data, binds=binds))
+    run.default_wait = WAIT
+    try:
+        run.send("who am I on the remote server?")
+        run.expect("done")
+        tool_message = fake_openai.last_request.messages[-1]
+        assert tool_message["role"] == "tool" and tool_message["content"] == "operator"
+        run.send("/status")
+        run.expect("remote: up, 2 tools")
+    finally:
+        run.close_stdin()
+        run.kill()
+    stats = server.stats()
+    assert stats["code_grants"] == 1 and stats["authorized"] == 1
+    record = TokenStore(data / "gantry.db", read_only=True).get("remote")
+    assert record is not None and record.tokens
+    tokens = json.loads(record.tokens)
+    for text in (login.stdout + login.stderr, run.stdout + run.stderr):
+        assert "Traceback" not in text
+        assert tokens["access_token"] not in text and tokens["refresh_token"] not in text
