@@ -28,6 +28,15 @@ def parse_text(text: str) -> Any:
         raise ItemsError(f"the result is not JSON (it starts {head!r})") from None
 
 
+def structured(value: Any) -> Any:
+    """structuredContent as a result value. SDK servers wrap a tool's non-object return as
+    `{"result": ...}`; a wrapped string is the JSON text it returned."""
+    if isinstance(value, dict) and list(value) == ["result"]:
+        inner = value["result"]
+        return parse_text(inner) if isinstance(inner, str) else inner
+    return value
+
+
 def extract(value: Any) -> list[Any]:
     """The items of a parsed result: a list; or an object's `items` list, or its only list;
     or, an object with no list, the object itself as the one item (a status to watch)."""

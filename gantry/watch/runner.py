@@ -14,7 +14,15 @@ from typing import Any
 
 from gantry.channel.base import Inbound, TurnAborted, TurnFailed
 from gantry.cron.ticker import MAX_TURN_ATTEMPTS, Ticker, is_silent
-from gantry.watch.items import ItemsError, diff, extract, parse_text, shown_items, wake_text
+from gantry.watch.items import (
+    ItemsError,
+    diff,
+    extract,
+    parse_text,
+    shown_items,
+    structured,
+    wake_text,
+)
 from gantry.watch.store import PAUSE_AFTER, Notice, Wake, Watch, WatchStore
 
 log = logging.getLogger("gantry.watch")
@@ -144,7 +152,7 @@ class Runner:
             raise PollError(res.text)
         listed = next((t for t in self.host.tools(watch.server) if t.name == watch.tool), None)
         if listed is not None and listed.structured and res.structured is not None:
-            return res.structured
+            return structured(res.structured)
         return parse_text(res.text)
 
     async def _poll(self, watch: Watch) -> None:
