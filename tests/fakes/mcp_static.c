@@ -10,6 +10,8 @@
  *   pid          → this process's pid
  *   crash        → exit(1) at once, no answer
  *   env {name}   → the variable's value or <unset>
+ *   file {path}  → the file's contents (up to 256 kB), or an isError result; not listed by
+ *                  default (offer it through STATIC_TOOLS): the watch binary test polls it
  * STATIC_TOOLS, when set, is sent as the tools/list result instead (a JSON object with a
  * "tools" list): a test can offer any names or schemas, served by the tools above.
  */
@@ -62,6 +64,30 @@ static void text_result(const char *id, const char *text) {
     reply(id, out);
 }
 
+/* The file at `path` as JSON string content (escaped) into `dst`; 0 if it cannot be read. */
+static int file_json(const char *path, char *dst, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t n = 0;
+    int c;
+    while ((c = fgetc(f)) != EOF && n + 8 < cap && n < (256u << 10)) {
+        if (c == '"' || c == '\\') {
+            dst[n++] = '\\';
+            dst[n++] = (char)c;
+        } else if (c == '\n') {
+            dst[n++] = '\\';
+            dst[n++] = 'n';
+        } else if (c < 0x20) {
+            n += (size_t)snprintf(dst + n, cap - n, "\\u%04x", c);
+        } else {
+            dst[n++] = (char)c;
+        }
+    }
+    dst[n] = 0;
+    fclose(f);
+    return 1;
+}
+
 static const char *TOOLS =
     "{\"tools\":["
     "{\"name\":\"echo\",\"description\":\"Return the text unchanged.\","
@@ -109,6 +135,16 @@ int main(void) {
                 const char *value = NULL;
                 if (args && field(args, "name", arg, sizeof arg)) value = getenv(arg);
                 text_result(id, value ? value : "<unset>");
+            } else if (strcmp(name, "file") == 0) {
+                const char *args = strstr(params, "\"arguments\"");
+                static char path[4096];
+                if (args && field(args, "path", path, sizeof path) &&
+                    file_json(path, arg, sizeof arg)) {
+                    text_result(id, arg);
+                } else {
+                    reply(id, "{\"content\":[{\"type\":\"text\",\"text\":\"cannot read "
+                              "the file\"}],\"isError\":true}");
+                }
             } else {
                 fail(id, -32602, "unknown tool");
             }
