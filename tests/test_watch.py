@@ -199,11 +199,11 @@ class World:
 
 @asynccontextmanager
 async def world(tmp_path: Path, subscribe: bool = False, db_name: str = "g.db",
-                rec: Rec | None = None) -> AsyncIterator[World]:
+                rec: Rec | None = None, max_chars: int = 16_000) -> AsyncIterator[World]:
     feed = tmp_path / "feed.jsonl"
     feed.touch()
     conn = db.connect(tmp_path / db_name)
-    registry = Registry()
+    registry = Registry(result_max_chars=max_chars)
     host = Host(parse(feed_toml(feed, subscribe), ENV), registry, ENV)
     rec = rec or Rec()
     clock = Clock()
@@ -292,6 +292,19 @@ async def test_structured_content_and_silent(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.anyio
+async def test_results_are_parsed_whole_not_cut_at_tool_result_max_chars(tmp_path: Path) -> None:
+    append(tmp_path, *({"id": n, "body": "x" * 100} for n in range(50)))  # ~6 kB of JSON
+    async with world(tmp_path, max_chars=100) as w:
+        await w.call("watch_add", {"tool": "fx__items", "instruction": "Say."})
+        await w.poll(0)
+        append(tmp_path, {"id": "late"})
+        await w.poll(900)
+        assert len(w.rec.turns) == 1 and '"id":"late"' in w.rec.turns[0].text
+        assert next(iter(w.conn.execute("SELECT failures FROM watch")))[0] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
 async def test_failures_back_off_then_pause_with_one_message(tmp_path: Path) -> None:
     async with world(tmp_path) as w:
         await w.call("watch_add", {"tool": "fx__broken", "instruction": "x",
@@ -361,6 +374,8 @@ async def test_push_subscribes_reads_on_update_and_resubscribes_after_restart(
         w.tick()
         await w.settle()
         assert len(w.rec.turns) == 2 and "after restart" in w.rec.turns[1].text
+        assert await w.call("watch_cancel", {"id": 1}) == "cancelled watch #1"
+        assert server.subscriptions == set()  # not subscribed again after a restart
 
 
 @pytest.mark.slow

@@ -91,6 +91,9 @@ def test_quiet_polls_cost_no_model_call_and_one_item_wakes_one_turn(
     seen = polls(feed)
     wait(lambda: polls(feed) >= seen + 3, 30, "three more polls")
     assert len(fake.requests) == 3
+    g.send("/status")
+    status = g.expect("checks\n")
+    assert "watch: 1 watch(es) in this chat\n  #1 alerts · fx__items · every 1 s" in status
     listing = subprocess.run([sys.executable, "-m", "gantry", "watch", "list"], env=g.env,
                              cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert listing.returncode == 0, listing.stderr

@@ -561,6 +561,12 @@ class Host:
     async def subscribe(self, server: str, uri: str) -> None:
         await self.servers[server].subscribe(uri)
 
+    def unsubscribe(self, server: str, uri: str) -> None:
+        """Not subscribed again after the next restart (this session's subscription stays)."""
+        s = self.servers.get(server)
+        if s is not None:
+            s.subscriptions.discard(uri)
+
     async def read_resource(self, server: str, uri: str) -> CallResult:
         s = self.servers.get(server)
         if s is None:

@@ -134,9 +134,14 @@ class Runner:
             self.ticker.poke()
 
     def forget(self, watch: Watch) -> None:
-        """A cancelled watch: no more reads on notification."""
+        """A cancelled or paused watch: no more reads on notification, and no subscription
+        after the server's next restart unless another watch follows the same resource."""
         self.subscribed.discard(watch.id)
         self.dirty.discard(watch.id)
+        if watch.uri is not None and not any(
+                w.server == watch.server and w.uri == watch.uri
+                for w in self.store.active(self.channel) if w.id != watch.id):
+            self.host.unsubscribe(watch.server, watch.uri)
 
     # ------------------------------------------------------------------ poll
 
