@@ -443,3 +443,19 @@ async def test_tool_checks(tmp_path: Path) -> None:
             assert await w.registry.get("watch_list").call({}) == "no watches in this chat"  # type: ignore[union-attr]
         finally:
             CALLER.reset(token)
+
+
+def test_watch_list_without_a_database_or_tables(tmp_path: Path) -> None:
+    from gantry.watch.report import list_watches
+
+    ok, text = list_watches(str(tmp_path / "none.db"))
+    assert not ok and text.startswith("no database at")
+    import apsw
+
+    apsw.Connection(str(tmp_path / "old.db")).execute("CREATE TABLE t (x)")
+    ok, text = list_watches(str(tmp_path / "old.db"))
+    assert not ok and "no watch tables" in text and "start `gantry run` once" in text
+    conn = db.connect(tmp_path / "new.db")
+    conn.close()
+    assert list_watches(str(tmp_path / "new.db")) == (
+        True, "0 active, 0 paused watch(es); --all shows cancelled ones too")

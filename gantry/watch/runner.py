@@ -3,7 +3,8 @@ and turns new items into a turn pushed to the watch's chat like a cron reply.
 
 A resource watch on a server whose capabilities include resources.subscribe is not polled:
 it is read when notifications/resources/updated names it (and after every subscribe, since
-the resource may have changed meanwhile). Quiet polls touch SQLite once and the model never.
+the resource may have changed meanwhile). A quiet poll is one MCP call and two small SQLite
+writes (its next time, then its cursor); the model is never called.
 """
 
 from __future__ import annotations
