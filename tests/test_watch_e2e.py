@@ -130,3 +130,45 @@ def test_kill_9_between_detection_and_delivery_delivers_once(
     assert g2.stdout == "Flood warning posted (a2).\n"
     assert g2.stop() == 0
     g2.assert_clean()
+
+
+def test_push_watch_reads_only_when_the_server_says_it_changed(
+    spawn: Callable[..., Gantry], fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A resource watch on a server with subscriptions: no periodic reads (a polled watch
+    next to it is the clock: 20 of its polls pass), one read per notification."""
+    feed = tmp_path / "feed.jsonl"
+    feed.write_text(json.dumps({"id": "a1"}) + "\n")
+    path = tmp_path / "mcp.toml"
+    path.write_text(toml_server("fx", [sys.executable, "-m", "tests.fakes.mcp_feed"],
+                                env={"FEED_FILE": str(feed), "FEED_SUBSCRIBE": "1"},
+                                cwd=str(ROOT)))
+    g = spawn(MCP_MANIFEST=str(path), **FAST)
+    fake.push(
+        ToolCalls([Call("watch_add", {"resource": "feed://items", "label": "pushed",
+                                      "instruction": "Tell the user what changed."}, id="w1"),
+                   Call("watch_add", {"tool": "fx__items", "interval_seconds": 1,
+                                      "label": "clock", "instruction": "[silent] always."},
+                        id="w2")]),
+        Reply("Watching both."),
+    )
+    g.ask("watch the feed", "Watching both.", timeout=BOOT)
+    tools = [m["content"] for m in fake.requests[1].messages if m["role"] == "tool"]
+    assert "the server notifies changes (no polling)" in tools[0], tools
+    reads = Path(f"{feed}.reads")
+    wait(lambda: polls(feed) >= 21, 60, "20 polls of the clock watch")
+    assert len(reads.read_text().splitlines()) == 1  # the seed read only
+    assert len(fake.requests) == 2
+    # One change: the push watch and the clock watch both see a2; the clock says [silent].
+    fake.push(Reply("a2 appeared."), Reply("[silent] clock"))
+    with open(feed, "a") as fh:
+        fh.write(json.dumps({"id": "a2", "title": "pushed item"}) + "\n")
+    g.expect("a2 appeared.\n", timeout=30)
+    wait(lambda: len(fake.requests) == 4, 30, "both wakes")
+    woke = [r.last_user_text for r in fake.requests[2:]]
+    assert sorted(t.split(",", 1)[0] for t in woke) == ["[watch #1", "[watch #2"]
+    assert all("pushed item" in t for t in woke)
+    assert len(reads.read_text().splitlines()) == 2
+    assert g.stop() == 0
+    assert g.stdout == "Watching both.\na2 appeared.\n"
+    g.assert_clean()

@@ -110,14 +110,15 @@ class Runner:
             log.info("watch polls its resource (the server offers no subscriptions)",
                      extra={"watch": watch.id, "server": watch.server})
             return
+        self.subscribed.add(watch.id)  # meanwhile, a tick must not poll it as well
         try:
             await self.host.subscribe(watch.server, watch.uri)
         except Exception as exc:
+            self.subscribed.discard(watch.id)
             log.warning("watch subscribe failed; polling instead",
                         extra={"watch": watch.id, "server": watch.server,
                                "error": f"{type(exc).__name__}: {exc}"[:300]})
             return
-        self.subscribed.add(watch.id)
         self.dirty.add(watch.id)  # read once now: seeds the cursor or catches a missed change
         log.info("watch subscribed", extra={"watch": watch.id, "server": watch.server})
         self.ticker.poke()
