@@ -1,5 +1,5 @@
-"""Command line: `gantry run | status | version | init | check | tools | cron | memory |
-mcp | mcp-memory`.
+"""Command line: `gantry run | status | version | init | check | tools | cron | watch |
+memory | mcp | mcp-memory`.
 
 Each command imports only what it needs: `status` is the container healthcheck and runs
 every few seconds, so it must not pay for aiogram, mcp or httpx.
@@ -95,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(
         dest="command",
-        metavar="{run,status,version,init,check,tools,cron,memory,mcp,mcp-memory}")
+        metavar="{run,status,version,init,check,tools,cron,watch,memory,mcp,mcp-memory}")
     run = sub.add_parser("run", help="run the agent daemon (the default command)")
     env_file(run)
     st = sub.add_parser(
@@ -141,6 +141,13 @@ def _parser() -> argparse.ArgumentParser:
                     help="override DATA_DIR (default: $DATA_DIR or /data)")
     cl.add_argument("--all", action="store_true", help="include cancelled and finished jobs")
     env_file(cl)
+    watch = sub.add_parser("watch", help="watches (read-only operator view)")
+    watch_sub = watch.add_subparsers(dest="watch_command", metavar="{list}", required=True)
+    wl = watch_sub.add_parser("list", help="print watches, their state and last wakes")
+    wl.add_argument("--data-dir", default=None, metavar="DIR",
+                    help="override DATA_DIR (default: $DATA_DIR or /data)")
+    wl.add_argument("--all", action="store_true", help="include cancelled watches")
+    env_file(wl)
     init = sub.add_parser(
         "init",
         help="write sample persona files, mcp.toml and an env file (never overwrites)",
@@ -211,6 +218,17 @@ def _cron(args: Any) -> int:
     if env is None:
         return EXIT_FAIL
     ok, text = list_jobs(os.path.join(data_dir(args, env), "gantry.db"), args.all)
+    print(text, file=sys.stdout if ok else sys.stderr)
+    return EXIT_OK if ok else EXIT_FAIL
+
+
+def _watch(args: Any) -> int:
+    from gantry.watch.report import list_watches
+
+    env = environ(args, "watch")
+    if env is None:
+        return EXIT_FAIL
+    ok, text = list_watches(os.path.join(data_dir(args, env), "gantry.db"), args.all)
     print(text, file=sys.stdout if ok else sys.stderr)
     return EXIT_OK if ok else EXIT_FAIL
 
@@ -326,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         return tools_main(args.env_file)
     if command == "cron":
         return _cron(args)
+    if command == "watch":
+        return _watch(args)
     if command == "init":
         return _init(args)
     if command == "check":

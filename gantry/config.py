@@ -60,6 +60,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     cron_tz: str = "UTC"
     cron_max_jobs: int = 50
     cron_tick_seconds: int = 15
+    watch_max: int = 20
+    watch_min_interval_seconds: int = 60
     stream_replies: bool = False
     elicitation_timeout_seconds: int = 300
     log_level: str = "info"
@@ -87,6 +89,8 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "cron_max_jobs": (1, 10_000),
     "cron_tick_seconds": (1, 3_600),
     "elicitation_timeout_seconds": (10, 86_400),
+    "watch_max": (0, 1_000),
+    "watch_min_interval_seconds": (1, 3_600),
 }
 
 REQUIRED = ("llm_base_url", "llm_api_key", "llm_model")

@@ -224,6 +224,11 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
 
         cron = cron_mod.setup(cfg, conn, registry, respond, channel)
         agent.status_lines.append(cron.status)
+        if mcp_host is not None and cfg.watch_max > 0:  # watches ride the cron ticker
+            from gantry import watch
+
+            watches = watch.setup(cfg, conn, registry, mcp_host, cron.ticker, channel.can_push)
+            agent.status_lines.append(watches.status)
     log.info(
         "gantry starting",
         extra={"version": __version__, "channel": cfg.channel, "model": cfg.llm_model},

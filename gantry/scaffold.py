@@ -47,6 +47,8 @@ MEANINGS: dict[str, str] = {
     "cron_tz": "IANA time zone for schedules, e.g. America/Los_Angeles",
     "cron_max_jobs": "maximum active scheduled jobs",
     "cron_tick_seconds": "how often due jobs are checked",
+    "watch_max": "maximum active watches (0 = no watch tools)",
+    "watch_min_interval_seconds": "test-only: the shortest watch interval accepted; keep 60",
     "stream_replies": "stream tokens (stdio) / edit the Telegram message in place",
     "elicitation_timeout_seconds": "seconds one question of an MCP server waits for an answer",
     "log_level": "debug, info, warning or error",

@@ -1,7 +1,7 @@
 """`gantry tools list`: the tools the model is offered, built the way `gantry run` builds them.
 
 Distroless has no shell, so this is how an operator sees what each request carries: the
-built-in memory_*, cron_* and tools_search tools next to the MCP servers' (the memory
+built-in memory_*, cron_*, watch_* and tools_search tools next to the MCP servers' (the memory
 backend's protocol tools left out, as in a run), one line each with its estimated schema
 tokens, then the same `tools offered:` line `/status` prints. The servers are started and
 stopped again; the database is an in-memory one, so nothing on disk is touched.
@@ -75,7 +75,12 @@ async def collect(cfg: Config, environ: Mapping[str, str]) -> Listing:
                 if cfg.cron_enabled:
                     from gantry import cron
 
-                    cron.setup(cfg, conn, registry, _never, _NoChannel(cfg.channel))
+                    scheduler = cron.setup(cfg, conn, registry, _never, _NoChannel(cfg.channel))
+                    if host is not None and cfg.watch_max > 0:
+                        from gantry import watch
+
+                        watch.setup(cfg, conn, registry, host, scheduler.ticker,
+                                    lambda chat_id: False)
                 await build_memory(cfg, conn, registry, None, None, host)
             except (BootError, ValueError) as exc:  # ValueError: a bad MEMORY_BACKEND
                 failed = exc

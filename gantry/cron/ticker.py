@@ -39,6 +39,17 @@ Respond = Callable[[Inbound, Any], Awaitable[str]]
 Push = Callable[..., Awaitable[None]]
 
 
+class Rider(Protocol):
+    """Another scheduled part that shares the ticker's loop (gantry.watch): resumed at start,
+    ticked on every wake-up, and asked when it next needs one."""
+
+    def resume(self, tg: Any) -> None: ...
+
+    def tick(self, now: float, tg: Any) -> None: ...
+
+    def earliest(self) -> float | None: ...
+
+
 class Clock(Protocol):
     """Wall time and sleeping, injected so tests control time."""
 
@@ -90,6 +101,7 @@ class Ticker:
     clock: Clock = field(default_factory=SystemClock)
     grace: float = GRACE_SECONDS
     running: set[int] = field(default_factory=set)  # job ids with a run in flight
+    riders: list[Rider] = field(default_factory=list)
     _tg: Any = None
     _wake: anyio.Event | None = None
 
@@ -115,17 +127,29 @@ class Ticker:
                     tg.start_soon(self._notify, notice)
             except Exception:
                 log.exception("cron: resuming runs failed")
+            for rider in self.riders:
+                try:
+                    rider.resume(tg)
+                except Exception:
+                    log.exception("ticker: resuming a rider failed")
             while True:
                 try:
                     self.tick()
                 except Exception:
                     log.exception("cron tick failed")
+                for rider in self.riders:
+                    try:
+                        rider.tick(self.clock.now(), tg)
+                    except Exception:
+                        log.exception("ticker: a rider's tick failed")
                 await self._nap()
 
     async def _nap(self) -> None:
         delay = float(self.tick_seconds)
         try:
-            earliest = self.store.earliest(self.channel)
+            times = [self.store.earliest(self.channel)]
+            times += [rider.earliest() for rider in self.riders]
+            earliest = min((t for t in times if t is not None), default=None)
         except Exception:
             earliest = None
         now = self.clock.now()
@@ -241,7 +265,8 @@ class Ticker:
 
     async def _notify(self, notice: Notice) -> None:
         chat = notice.session_id.split(":", 1)[1]
-        why = await self._push(chat, notice.text, lambda: 0, None, lambda: True, notice.job_id)
+        why = await self.push_retrying(chat, notice.text, lambda: 0, None, lambda: True,
+                                       notice.job_id)
         if why is not None:
             log.error("cron failure notice could not be pushed",
                       extra={"job": notice.job_id, "error": why})
@@ -258,8 +283,8 @@ class Ticker:
         def delivered() -> bool:
             return self.store.run_state(run.id) == "delivered"
 
-        why = await self._push(chat, run.reply, lambda: run.sent_parts, progress, delivered,
-                               run.job_id)
+        why = await self.push_retrying(chat, run.reply, lambda: run.sent_parts, progress,
+                                       delivered, run.job_id)
         if why is None:
             log.info("cron reply pushed", extra={"job": run.job_id, "run": run.id})
             return
@@ -267,13 +292,14 @@ class Ticker:
                   extra={"job": run.job_id, "run": run.id, "error": why})
         self._fail(run, why)
 
-    async def _push(
+    async def push_retrying(
         self, chat: str, text: str, sent: Callable[[], int], progress: Progress | None,
         done: Callable[[], bool], job_id: int,
     ) -> str | None:
         """Push with backoff until `done()`; None when out, else why it was given up (a
         refused chat at once, anything else after DELIVERY_ATTEMPTS tries). Each try starts
-        at part `sent()`, so parts already out are not sent again."""
+        at part `sent()`, so parts already out are not sent again. Watches push this way
+        too (`job_id` is then the watch's id, for the log)."""
         delay = 1.0
         for attempt in range(1, DELIVERY_ATTEMPTS + 1):
             try:

@@ -5,7 +5,8 @@ context (the SDK's cancel scopes must not cross tasks); turns call into the live
 their own tasks. A server that dies is restarted with capped exponential backoff and jitter;
 a circuit breaker stops hammering one that keeps failing. Public API for other packages
 (memory's MCP backend): `Host.names()`, `Host.call(server, tool, args)`, `Host.tools(server)`,
-`Host.instructions(server)`.
+`Host.instructions(server)`; watches add `Host.can_subscribe`, `Host.subscribe`,
+`Host.read_resource` and `Host.on_resource_updated` (resubscribed after every restart).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import math
 import random
 import time
 from collections import deque
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -66,6 +67,7 @@ class CallResult:
 
     text: str
     error: bool = False
+    structured: Any = None  # the result's structuredContent (watches read items from it)
 
 
 @dataclass
@@ -102,6 +104,7 @@ class ListedTool:
     schema: dict[str, Any]
     validator: ArgsValidator | None
     needs_task: bool = False
+    structured: bool = False  # it declares an output schema: its items are structuredContent
 
 
 def needs_task(tool: Any) -> bool:
@@ -181,6 +184,9 @@ class Server:
         self._wake = anyio.Event()
         self._refresh = False
         self._probe = False
+        self.can_subscribe = False  # its capabilities include resources.subscribe
+        self.subscriptions: set[str] = set()  # resource URIs, subscribed again on restart
+        self.on_resource_updated: Callable[[str, str], None] | None = None
 
     # ------------------------------------------------------------------ supervisor
 
@@ -207,6 +213,7 @@ class Server:
                     session = await self._connect(link, read, write)
                     async with session:
                         await self._initialize(session, link)
+                        await self._resubscribe(session)
                         self.session = session
                         self.state = "up"
                         self.error = ""
@@ -342,6 +349,8 @@ class Server:
                 why = _describe(exc)
             raise ServerStartError(self._start_message(why, link.tail())) from None
         self.instructions = result.instructions or ""
+        resources = getattr(result.capabilities, "resources", None)
+        self.can_subscribe = bool(getattr(resources, "subscribe", False))
 
     async def _serve(self, session: Any, link: Link) -> None:
         """Wait for death, a tools/list_changed, or a suspected hang (ping it)."""
@@ -385,12 +394,58 @@ class Server:
                     link.mark_closed("it stopped answering (ping failed after a timeout)")
                     return
 
+    async def _resubscribe(self, session: Any) -> None:
+        """A new session has no subscriptions: send them again, and have each resource read
+        again (it may have changed while the server was down)."""
+        for uri in sorted(self.subscriptions):
+            try:
+                await self._subscribe(session, uri)
+            except Exception as exc:
+                log.warning("mcp resource resubscribe failed",
+                            extra={"server": self.name, "uri": uri, "error": _describe(exc)})
+            if self.on_resource_updated is not None:
+                self.on_resource_updated(self.name, uri)
+
+    async def _subscribe(self, session: Any, uri: str) -> None:
+        from mcp_types import EmptyResult, SubscribeRequest, SubscribeRequestParams
+
+        with anyio.fail_after(self.spec.timeout_seconds):
+            await session.send_request(
+                SubscribeRequest(params=SubscribeRequestParams(uri=uri)), EmptyResult)
+
+    async def subscribe(self, uri: str) -> None:
+        """Subscribe to `uri` now if up (raising on failure), and after every restart."""
+        self.subscriptions.add(uri)
+        if self.session is not None:
+            await self._subscribe(self.session, uri)
+
+    async def read_resource(self, uri: str) -> CallResult:
+        """resources/read as text (text contents joined); every failure is an error result."""
+        session = self.session
+        if session is None:
+            return CallResult(f"MCP server {self.name!r} is {self.state}", error=True)
+        try:
+            with anyio.fail_after(self.spec.timeout_seconds):
+                result = await session.read_resource(uri)
+        except TimeoutError:
+            return CallResult(f"reading {uri} on MCP server {self.name!r} timed out", error=True)
+        except Exception as exc:
+            return CallResult(f"reading {uri} on MCP server {self.name!r} failed: "
+                              f"{_describe(exc)}", error=True)
+        texts = [c.text for c in result.contents if getattr(c, "text", None) is not None]
+        if not texts:
+            return CallResult(f"resource {uri} has no text content", error=True)
+        return CallResult("\n".join(texts))
+
     async def _on_message(self, message: Any) -> None:
-        from mcp_types import ToolListChangedNotification
+        from mcp_types import ResourceUpdatedNotification, ToolListChangedNotification
 
         if isinstance(message, ToolListChangedNotification):
             self._refresh = True
             self._wake.set()
+        elif isinstance(message, ResourceUpdatedNotification):
+            if self.on_resource_updated is not None:
+                self.on_resource_updated(self.name, str(message.params.uri))
         elif isinstance(message, Exception):
             log.warning("mcp transport error", extra={"server": self.name,
                                                        "error": str(message)[:200]})
@@ -414,6 +469,7 @@ class Server:
             listed[names[t.name]] = ListedTool(
                 t.name, names[t.name], t.description or "", schema,
                 compile_schema(schema, names[t.name]), needs_task(t),
+                structured=getattr(t, "output_schema", None) is not None,
             )
         self.listed = listed
         self._register()
@@ -494,7 +550,7 @@ class Server:
         error = bool(getattr(result, "is_error", False))
         stats.record(time.monotonic() - started, error=error)
         text = convert.result_text(result.content, result.structured_content, error)
-        return CallResult(text, error=error)
+        return CallResult(text, error=error, structured=result.structured_content)
 
     async def _send_call(self, session: Any, tool: str, args: dict[str, Any]) -> Any:
         """tools/call, with progress as life: each notifications/progress moves the deadline
@@ -506,6 +562,7 @@ class Server:
         timeout = self.spec.timeout_seconds
         with anyio.CancelScope() as scope:
             deadline = Deadline(scope, timeout, call_cap(timeout))
+
             async def progress(done: float, total: float | None, message: str | None) -> None:
                 deadline.alive()
 
@@ -652,6 +709,31 @@ class Host:
             return CallResult(f"no MCP server named {server!r}", error=True)
         listed = next((t for t in s.listed.values() if t.name == tool), None)
         return await s.call(tool, args, validator=listed.validator if listed else None)
+
+    def can_subscribe(self, server: str) -> bool:
+        s = self.servers.get(server)
+        return s is not None and s.can_subscribe
+
+    async def subscribe(self, server: str, uri: str) -> None:
+        await self.servers[server].subscribe(uri)
+
+    def unsubscribe(self, server: str, uri: str) -> None:
+        """Not subscribed again after the next restart (this session's subscription stays)."""
+        s = self.servers.get(server)
+        if s is not None:
+            s.subscriptions.discard(uri)
+
+    async def read_resource(self, server: str, uri: str) -> CallResult:
+        s = self.servers.get(server)
+        if s is None:
+            return CallResult(f"no MCP server named {server!r}", error=True)
+        return await s.read_resource(uri)
+
+    def on_resource_updated(self, callback: Callable[[str, str], None]) -> None:
+        """`callback(server, uri)` on notifications/resources/updated and after a restart
+        resubscribed `uri`; it must not block (it runs in the session's reader)."""
+        for s in self.servers.values():
+            s.on_resource_updated = callback
 
     def tools(self, server: str) -> list[ListedTool]:
         s = self.servers.get(server)

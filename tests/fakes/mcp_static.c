@@ -12,6 +12,8 @@
  *   env {name}   → the variable's value or <unset>
  *   ask          → (not listed by default) asks the client one boolean by elicitation/create
  *                  and answers with the client's reply line verbatim
+ *   file {path}  → the file's contents (up to 256 kB), or an isError result; not listed by
+ *                  default (offer it through STATIC_TOOLS): the watch binary test polls it
  * STATIC_TOOLS, when set, is sent as the tools/list result instead (a JSON object with a
  * "tools" list): a test can offer any names or schemas, served by the tools above.
  */
@@ -62,6 +64,30 @@ static void text_result(const char *id, const char *text) {
     snprintf(out, sizeof out,
              "{\"content\":[{\"type\":\"text\",\"text\":\"%s\"}],\"isError\":false}", text);
     reply(id, out);
+}
+
+/* The file at `path` as JSON string content (escaped) into `dst`; 0 if it cannot be read. */
+static int file_json(const char *path, char *dst, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t n = 0;
+    int c;
+    while ((c = fgetc(f)) != EOF && n + 8 < cap && n < (256u << 10)) {
+        if (c == '"' || c == '\\') {
+            dst[n++] = '\\';
+            dst[n++] = (char)c;
+        } else if (c == '\n') {
+            dst[n++] = '\\';
+            dst[n++] = 'n';
+        } else if (c < 0x20) {
+            n += (size_t)snprintf(dst + n, cap - n, "\\u%04x", c);
+        } else {
+            dst[n++] = (char)c;
+        }
+    }
+    dst[n] = 0;
+    fclose(f);
+    return 1;
 }
 
 static const char *TOOLS =
@@ -129,6 +155,16 @@ int main(void) {
                     }
                 }
                 text_result(id, answer);
+            } else if (strcmp(name, "file") == 0) {
+                const char *args = strstr(params, "\"arguments\"");
+                static char path[4096];
+                if (args && field(args, "path", path, sizeof path) &&
+                    file_json(path, arg, sizeof arg)) {
+                    text_result(id, arg);
+                } else {
+                    reply(id, "{\"content\":[{\"type\":\"text\",\"text\":\"cannot read "
+                              "the file\"}],\"isError\":true}");
+                }
             } else {
                 fail(id, -32602, "unknown tool");
             }
