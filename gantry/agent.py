@@ -24,6 +24,7 @@ from gantry.salvage import StreamGate, parse_arguments, printed_calls, split_rea
 from gantry.session import (
     SessionStore,
     collapse_tool_results,
+    current_turn_start,
     est_tokens,
     history_tokens,
     plan_trim,
@@ -158,6 +159,7 @@ class Agent:
     status_lines: list[Callable[[str], str]] = field(default_factory=list)  # cron
     # memory: the owner's private data, left out of a group chat's /status
     private_status_lines: list[Callable[[str], str]] = field(default_factory=list)
+    outbox: Any = None  # gantry.outbox.Outbox: files tools returned, for send_attachment
     zone: tzinfo = UTC  # the user's zone (CRON_TZ): the time footer of every turn is in it
     clock: Callable[[], float] = time.time  # wall time for the footer (tests fix it)
     started: float = field(default_factory=time.monotonic)
@@ -352,10 +354,11 @@ class Agent:
             raise TurnFailed(reason, model_failed_reply(exc.status)) from None
         self._end_routing(session_id)
         new.append(AssistantMessage(content=final))
+        reply = self._with_attachments(final, history)
         with self.sessions.atomic():  # answer and the channel's reply: both or neither
             self.sessions.append(session_id, new)
             if on_answer is not None:
-                on_answer(final)
+                on_answer(reply)
         log.info(
             "turn done",
             extra={
@@ -367,7 +370,18 @@ class Agent:
             },
         )
         self.request_fold(session_id)  # after the reply, in the background: never delays it
-        return final
+        return reply
+
+    def _with_attachments(self, final: str, history: list[Message]) -> str:
+        """The reply as the channel stores it: the text, plus the files this turn's
+        send_attachment calls asked for (read from the recorded turn: see gantry.outbox)."""
+        if self.outbox is None:
+            return final
+        from gantry.channel.reply import pack
+        from gantry.outbox import turn_attachments
+
+        found = turn_attachments(history[current_turn_start(history):], self.outbox)
+        return pack(final, found) if found else final
 
     def _offer(self, session_id: str, texts: list[str], shared: bool) -> list[ToolDef] | None:
         """The tools for the next model call: every one, or the routed few for big catalogs

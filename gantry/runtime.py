@@ -14,6 +14,7 @@ import ssl
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -131,8 +132,10 @@ async def _drain(agent: Any, turns: Turns) -> None:
         turns.cancel_all()
 
 
-def load_mcp(cfg: Config, environ: Mapping[str, str], registry: Any) -> Any:
-    """The MCP host for the manifest's servers, or None (then `mcp` is never imported)."""
+def load_mcp(cfg: Config, environ: Mapping[str, str], registry: Any, outbox: Any = None) -> Any:
+    """The MCP host for the manifest's servers, or None (then `mcp` is never imported).
+    Binary tool results are kept in `outbox` (DATA_DIR/outbox by default) for the
+    `send_attachment` tool registered beside the servers' tools."""
     from gantry.mcp.manifest import ManifestError, load
 
     try:
@@ -142,8 +145,12 @@ def load_mcp(cfg: Config, environ: Mapping[str, str], registry: Any) -> Any:
     if not specs:
         return None
     from gantry.mcp.host import Host
+    from gantry.outbox import Outbox, attachment_tool
 
-    return Host(specs, registry, environ, memory_only(cfg))
+    if outbox is None:  # `gantry tools list`: the same offer, nothing is kept
+        outbox = Outbox(Path(cfg.data_dir) / "outbox")
+    registry.register(attachment_tool(outbox))
+    return Host(specs, registry, environ, memory_only(cfg), keep=outbox.keep)
 
 
 def memory_only(cfg: Config) -> dict[str, frozenset[str]]:
@@ -197,7 +204,11 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
         raise BootError(str(exc)) from None
     provider = Provider(cfg.llm_base_url, cfg.llm_api_key, cfg.llm_model, verify=tls)
     registry = Registry(result_max_chars=cfg.tool_result_max_chars)
-    mcp_host = load_mcp(cfg, os.environ if environ is None else environ, registry)
+    from gantry.outbox import Outbox
+
+    outbox = Outbox(Path(cfg.data_dir) / "outbox")
+    outbox.prune()  # kept tool files older than a week
+    mcp_host = load_mcp(cfg, os.environ if environ is None else environ, registry, outbox)
     agent = Agent(
         model=provider,
         sessions=SessionStore(conn),
@@ -209,6 +220,7 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
         tool_status=mcp_host.status_lines if mcp_host else None,
         router=build_router(cfg, registry, mcp_host),
         zone=user_zone(cfg.cron_tz),
+        outbox=outbox,
     )
     channel = build_channel(cfg, conn, tls, agent)
     turns = Turns(settle=agent.sessions.settle_stopped)

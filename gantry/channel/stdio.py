@@ -35,11 +35,13 @@ from gantry.channel.base import (
     is_stop,
     unknown_command,
 )
+from gantry.channel.reply import Attachment, unpack
 
 CHAT_ID = "local"
 SESSION_ID = f"stdio:{CHAT_ID}"
 PROMPT = "> "
 SCHEDULED = "[scheduled] "
+ATTACHED = "[attachment] "
 STOPPED = "(stopped)"
 KEYS_HELP = "Ctrl-C stops a reply (at an empty prompt it exits) · Ctrl-D exits"
 
@@ -412,13 +414,22 @@ class StdioChannel:
             return
         finally:
             self._current = self._stream = None
+        packed = unpack(reply)
+        reply = packed.text
         if self.terminal and text.strip().lower() == "/help":
             reply += "\n" + KEYS_HELP
         if stream is not None:
             await stream.finish(reply)
         else:
             self.out.write(reply + "\n")
-            self.out.flush()
+        self._attachments(packed.attachments)
+        self.out.flush()
+
+    def _attachments(self, files: list[Attachment]) -> None:
+        """A file the reply sends is already saved under DATA_DIR (gantry.outbox): its path."""
+        for f in files:
+            note = f" — {f.caption}" if f.caption else ""
+            self.out.write(f"{ATTACHED}{f.path} ({f.mime}, {f.size} B){note}\n")
 
     def can_push(self, chat_id: str) -> bool:
         return True
@@ -430,16 +441,19 @@ class StdioChannel:
         prompt (with whatever was being typed) is drawn again below it; on a pipe it is a
         plain line like any reply."""
         if sent < 1:
+            packed = unpack(text)
             if self.terminal:
                 redraw = self._prompt_shown
                 self._clear()
                 if self._stream is not None and self._stream.mid_line:
                     self.out.write("\n")
-                self.out.write(SCHEDULED + text + "\n")
+                self.out.write(SCHEDULED + packed.text + "\n")
+                self._attachments(packed.attachments)
                 if redraw:
                     self._redraw()
             else:
-                self.out.write(text + "\n")
+                self.out.write(packed.text + "\n")
+                self._attachments(packed.attachments)
             self.out.flush()
         if progress is not None:
             progress(1, 1)

@@ -51,6 +51,8 @@ from gantry.channel.base import (
     TurnStopped,
     is_stop,
 )
+from gantry.channel.reply import Attachment, unpack
+from gantry.channel.telegram_out import send_attachment
 from gantry.channel.telegram_store import (
     MAX_ATTEMPTS,
     Accepted,
@@ -613,22 +615,34 @@ class TelegramChannel:
     # ------------------------------------------------------------------ delivery
 
     async def _deliver(self, row: Pending) -> None:
-        """Send the parts not yet sent (editing streamed messages in place); raises what
-        Telegram raised (the worker judges whether it is transient or final)."""
+        """Send the parts not yet sent (editing streamed messages in place), then the
+        reply's attachments, each one more part; raises what Telegram raised (the worker
+        judges whether it is transient or final)."""
         assert row.reply is not None
-        parts = parts_for(row.reply)
-        for i in range(row.sent_parts, len(parts)):
-            existing = row.stream_msgs[i] if i < len(row.stream_msgs) else None
-            if existing is not None:
-                await self._edit_final(row.chat_id, existing, parts[i])
+        reply = unpack(row.reply)
+        parts = parts_for(reply.text)
+        total = len(parts) + len(reply.attachments)
+        for i in range(row.sent_parts, total):
+            if i >= len(parts):
+                await self._send_file(row.chat_id, reply.attachments[i - len(parts)])
+            elif i < len(row.stream_msgs):
+                await self._edit_final(row.chat_id, row.stream_msgs[i], parts[i])
             else:
                 await self._send(row.chat_id, parts[i])
             row.sent_parts = i + 1
-            self.store.mark_sent(row.update_id, row.sent_parts, len(parts))
+            self.store.mark_sent(row.update_id, row.sent_parts, total)
         for extra in row.stream_msgs[len(parts):]:  # streamed text outgrew the final reply
             await self._quiet_delete(row.chat_id, extra)
-        if row.sent_parts >= len(parts):
-            self.store.mark_sent(row.update_id, len(parts), len(parts))
+        if row.sent_parts >= total:
+            self.store.mark_sent(row.update_id, total, total)
+
+    async def _send_file(self, chat: int, file: Attachment) -> None:
+        """One attachment (sendPhoto, or sendDocument), following a group's migration like
+        text. A file gone from the outbox (pruned) is said in a line instead."""
+        try:
+            await send_attachment(self.bot, chat, file)
+        except TelegramMigrateToChat as exc:
+            await send_attachment(self.bot, exc.migrate_to_chat_id, file)
 
     async def _send(self, chat: int, part: Rendered) -> int:
         """sendMessage with entities, falling back to plain text if Telegram rejects them,
@@ -731,13 +745,18 @@ class TelegramChannel:
         if not self.can_push(chat_id):
             raise PermissionError(f"chat {chat_id} is not in TELEGRAM_ALLOWED_USERS")
         chat = int(chat_id)
-        parts = parts_for(text)
-        for i in range(sent, len(parts)):
-            await self._send(chat, parts[i])
+        reply = unpack(text)
+        parts = parts_for(reply.text)
+        total = len(parts) + len(reply.attachments)
+        for i in range(sent, total):
+            if i < len(parts):
+                await self._send(chat, parts[i])
+            else:
+                await self._send_file(chat, reply.attachments[i - len(parts)])
             if progress is not None:
-                progress(i + 1, len(parts))
-        if sent >= len(parts) and progress is not None:
-            progress(len(parts), len(parts))
+                progress(i + 1, total)
+        if sent >= total and progress is not None:
+            progress(total, total)
 
 
 class TelegramStream:

@@ -121,9 +121,10 @@ class Server:
 
     def __init__(
         self, spec: ServerSpec, registry: Registry, environ: Mapping[str, str],
-        hidden: Collection[str] = (),
+        hidden: Collection[str] = (), keep: convert.Keep | None = None,
     ) -> None:
         self.spec = spec
+        self.keep = keep  # where binary results go so the model can send them (gantry.outbox)
         self.name = spec.name
         self.source = mcp_source(spec.name)  # its own namespace: never a built-in's source
         self.registry = registry
@@ -393,7 +394,7 @@ class Server:
         self.breaker.success()
         error = bool(getattr(result, "is_error", False))
         stats.record(time.monotonic() - started, error=error)
-        text = convert.result_text(result.content, result.structured_content, error)
+        text = convert.result_text(result.content, result.structured_content, error, self.keep)
         return CallResult(text, error=error)
 
     def _charge(self, number: int) -> None:
@@ -457,12 +458,13 @@ class Host:
 
     def __init__(
         self, specs: Sequence[ServerSpec], registry: Registry, environ: Mapping[str, str],
-        hidden: Mapping[str, Collection[str]] | None = None,
+        hidden: Mapping[str, Collection[str]] | None = None, keep: convert.Keep | None = None,
     ) -> None:
         """`hidden`: per server, MCP tool names not registered as model tools (the memory
-        backend's protocol tools, which the builtin memory_* tools already route to)."""
+        backend's protocol tools, which the builtin memory_* tools already route to);
+        `keep`: where tool results' binary content is kept (gantry.outbox)."""
         hidden = hidden or {}
-        self.servers = {s.name: Server(s, registry, environ, hidden.get(s.name, ()))
+        self.servers = {s.name: Server(s, registry, environ, hidden.get(s.name, ()), keep)
                         for s in specs}
 
     def names(self) -> list[str]:

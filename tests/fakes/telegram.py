@@ -141,6 +141,18 @@ class BotMessage:
     history: list[str] = field(default_factory=list)
 
 
+@dataclass
+class SentFile:
+    """A file the bot uploaded with sendPhoto or sendDocument: the exact bytes received."""
+
+    method: str  # "sendPhoto" | "sendDocument"
+    chat_id: int | str
+    message_id: int
+    filename: str
+    data: bytes
+    caption: str = ""
+
+
 @dataclass(eq=False)
 class _Poll:
     event: asyncio.Event
@@ -218,6 +230,7 @@ class FakeTelegram(LoopbackServer):
         self._allowed: list[str] | None = None
         self._message_ids: dict[str, itertools.count[int]] = {}
         self._sent: list[BotMessage] = []
+        self._files: list[SentFile] = []  # sendPhoto / sendDocument uploads (media out)
         self._messages: dict[tuple[str, int], BotMessage] = {}
         self._faults: dict[str, deque[Fault]] = {}
         self._lock = threading.Lock()
@@ -430,7 +443,9 @@ class FakeTelegram(LoopbackServer):
                 if isinstance(value, str):
                     params[key] = _coerce(key, value)
                 elif isinstance(value, web.FileField):
-                    params[key] = {"filename": value.filename, "size": len(value.file.read())}
+                    data = value.file.read()
+                    params[key] = {"filename": value.filename, "size": len(data), "data": data,
+                                   "content_type": value.content_type}
                 else:
                     params[key] = {"size": len(value)}
         return params
@@ -610,6 +625,71 @@ class FakeTelegram(LoopbackServer):
             msg.history.append(text)
         return self._message_result(msg, edit_date=int(time.time()))
 
+    # ------------------------------------------------------------------ media out
+
+    def files(self, chat_id: int | str | None = None) -> list[SentFile]:
+        """Uploaded photos and documents, in arrival order (optionally of one chat)."""
+        with self._lock:
+            return [f for f in self._files if chat_id is None or _same_chat(f.chat_id, chat_id)]
+
+    async def wait_files(self, chat_id: int | str, count: int = 1,
+                         timeout: float = 5.0) -> list[SentFile]:
+        def check() -> list[SentFile]:
+            found = self.files(chat_id)
+            return found if len(found) >= count else []
+
+        return await self.wait_for(check, timeout, f"{count} file(s) to {chat_id}")
+
+    def wait_files_sync(self, chat_id: int | str, count: int = 1,
+                        timeout: float = 5.0) -> list[SentFile]:
+        def check() -> list[SentFile]:
+            found = self.files(chat_id)
+            return found if len(found) >= count else []
+
+        return self.wait_for_sync(check, timeout, f"{count} file(s) to {chat_id}")
+
+    async def _send_file(self, params: dict[str, Any], method: str, field_name: str) -> Any:
+        """sendPhoto / sendDocument as multipart: the file is the field itself or, as aiogram
+        sends it, `attach://<name>` naming another part. A file id or URL string is refused
+        (gantry always uploads)."""
+        chat_id = params.get("chat_id")
+        if chat_id is None or chat_id == "":
+            raise _Reply(400, "Bad Request: chat not found")
+        value = params.get(field_name)
+        if isinstance(value, str) and value.startswith("attach://"):
+            value = params.get(value.removeprefix("attach://"))
+        if not isinstance(value, dict) or "data" not in value:
+            raise _Reply(400, f"Bad Request: there is no {field_name} in the request")
+        if not value["data"]:
+            raise _Reply(400, "Bad Request: file must be non-empty")
+        caption = str(params.get("caption") or "")
+        if len(caption) > 1024:
+            raise _Reply(400, "Bad Request: message caption is too long")
+        sent = SentFile(method, chat_id, self._new_message_id(chat_id),
+                        str(value.get("filename") or ""), value["data"], caption)
+        with self._lock:
+            self._files.append(sent)
+        result = self._message_result(BotMessage(chat_id, sent.message_id, "", []))
+        del result["text"]
+        if caption:
+            result["caption"] = caption
+        size = len(sent.data)
+        if method == "sendPhoto":
+            result["photo"] = [{"file_id": f"photo-{sent.message_id}", "file_unique_id":
+                                f"u{sent.message_id}", "width": 1, "height": 1,
+                                "file_size": size}]
+        else:
+            result["document"] = {"file_id": f"doc-{sent.message_id}", "file_unique_id":
+                                  f"u{sent.message_id}", "file_name": sent.filename,
+                                  "file_size": size}
+        return result
+
+    async def _send_photo(self, params: dict[str, Any]) -> Any:
+        return await self._send_file(params, "sendPhoto", "photo")
+
+    async def _send_document(self, params: dict[str, Any]) -> Any:
+        return await self._send_file(params, "sendDocument", "document")
+
 
 _Handler = Callable[[FakeTelegram, dict[str, Any]], Awaitable[Any]]
 _METHODS: dict[str, _Handler] = {
@@ -621,6 +701,8 @@ _METHODS: dict[str, _Handler] = {
     "editmessagetext": FakeTelegram._edit_message_text,
     "sendchataction": FakeTelegram._send_chat_action,
     "setmycommands": FakeTelegram._set_my_commands,
+    "sendphoto": FakeTelegram._send_photo,
+    "senddocument": FakeTelegram._send_document,
 }
 
 
