@@ -37,6 +37,7 @@ from gantry.wire.openai import (
     AssistantMessage,
     Completion,
     FunctionCall,
+    ImagePart,
     Message,
     SystemMessage,
     ToolCall,
@@ -45,6 +46,7 @@ from gantry.wire.openai import (
     UserMessage,
     encode,
     new_call_id,
+    user_content,
 )
 
 log = logging.getLogger("gantry.agent")
@@ -140,7 +142,7 @@ ROUTING_CONTEXT_TURNS = 2  # earlier user messages ranked with the current one
 
 def _earlier_user_texts(history: Sequence[Message], count: int) -> list[str]:
     """The `count` user messages before the newest one, newest first (for tool routing)."""
-    texts = [m.content for m in history if isinstance(m, UserMessage)]
+    texts = [m.text for m in history if isinstance(m, UserMessage)]
     return texts[-count - 1 : -1][::-1]
 
 
@@ -213,7 +215,8 @@ class Agent:
                 return unknown
             due = msg.scheduled_for if msg.scheduled else None
             return await self._turn(msg.session_id, msg.text, stream, shared=msg.group,
-                                    on_answer=msg.on_answer, scheduled_for=due)
+                                    on_answer=msg.on_answer, scheduled_for=due,
+                                    images=msg.images)
         except TurnFailed as exc:
             if msg.scheduled:
                 raise
@@ -268,18 +271,20 @@ class Agent:
     async def _turn(
         self, session_id: str, text: str, stream: ReplyStream | None, *, shared: bool = False,
         on_answer: Callable[[str], None] | None = None, scheduled_for: float | None = None,
+        images: Sequence[ImagePart] = (),
     ) -> str:
         """One turn; `shared` (a group chat, read by others) leaves long-term memory out of
         the prompt and its tools out of the offer, and refuses them if called anyway.
 
         `on_answer` (the channel's record of the reply) commits with the final answer;
         `scheduled_for` (unix seconds) marks a turn the scheduler started, due then.
+        `images` go with `text` as content parts of the user message.
         """
         from gantry.provider import ProviderError
 
         started = time.monotonic()
         _ids, history = self.sessions.load(session_id)
-        user = UserMessage(text)
+        user = UserMessage(user_content(text, images))
         resumed = resume_point(history, user)
         if resumed is None:  # a retried turn (restart) is recorded once
             self.sessions.append(session_id, [user])  # recorded first: never lost

@@ -125,7 +125,7 @@ def assemble(
         for i in range(len(turn) - 1, -1, -1):
             m = turn[i]
             if isinstance(m, UserMessage):
-                turn[i] = UserMessage(m.content + footer, name=m.name)
+                turn[i] = m.with_text(m.text + footer)
                 break
     collapsed = collapse_tool_results([*turn, *tail])
     plan = plan_trim(collapsed, max_messages, budget)

@@ -253,6 +253,13 @@ class RecordedRequest:
         return isinstance(self.body, dict) and bool(self.body.get("stream"))
 
     @property
+    def image_urls(self) -> list[str]:
+        """Every `image_url` part's URL in the request's messages, in order (media tests)."""
+        return [p["image_url"]["url"] for m in self.messages
+                if isinstance(m.get("content"), list)
+                for p in m["content"] if isinstance(p, dict) and p.get("type") == "image_url"]
+
+    @property
     def last_user_text(self) -> str:
         """The newest user message as the user wrote it: gantry's time footer left off."""
         for message in reversed(self.messages):
