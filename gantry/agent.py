@@ -33,6 +33,13 @@ from gantry.session import (
 )
 from gantry.tools import CALLER, Registry, offered
 from gantry.turns import tool_call
+from gantry.vision import (
+    EARLIER,
+    NO_VISION_NOTICE,
+    has_images,
+    rejects_images,
+    without_images,
+)
 from gantry.wire.openai import (
     AssistantMessage,
     Completion,
@@ -305,6 +312,8 @@ class Agent:
         used: list[str] = []
         names: list[str] = []  # the tools offered to the latest call that had any
         last_text = ""  # the newest text that came with a tool round (promoted if need be)
+        blind = False  # the model refused this turn's images: they go as descriptions
+        messages: list[Message] = []
         try:
             if pending:  # a kill -9 cut the last recorded round: finish only what did not
                 results = await self._run_calls(session_id, pending, shared)
@@ -330,7 +339,17 @@ class Agent:
                 schemas = None if capped else self._offer(session_id, texts, shared)
                 if schemas:
                     names = [s.function.name for s in schemas]
-                completion = await self._call(prompt.messages, schemas, stream, names)
+                messages = without_images(prompt.messages) if blind else prompt.messages
+                try:
+                    completion = await self._call(messages, schemas, stream, names)
+                except ProviderError as exc:
+                    if blind or not has_images(messages) or not rejects_images(exc.message):
+                        raise
+                    blind = True  # for the rest of the turn; later turns send no old image
+                    log.warning("the model refused image input; retrying with descriptions",
+                                extra={"session": session_id, "status": exc.status})
+                    messages = without_images(prompt.messages)
+                    completion = await self._call(messages, schemas, stream, names)
                 if capped or not completion.tool_calls:
                     final = completion.text.strip()
                     break
@@ -346,7 +365,7 @@ class Agent:
                 if self.router is not None:
                     self.router.used(session_id, [c.function.name for c in completion.tool_calls])
             if not final:
-                final = await self._no_text(session_id, prompt.messages, names, last_text)
+                final = await self._no_text(session_id, messages, names, last_text)
         except ProviderError as exc:
             self._end_routing(session_id)
             log.error(
@@ -358,6 +377,9 @@ class Agent:
             reason = f"model call failed ({shown})"  # the provider's text stays in the log
             raise TurnFailed(reason, model_failed_reply(exc.status)) from None
         self._end_routing(session_id)
+        if blind and not any(isinstance(m, AssistantMessage) and (m.content or "").startswith(
+                NO_VISION_NOTICE) for m in history):  # told once per conversation
+            final = f"{NO_VISION_NOTICE}\n\n{final}"
         new.append(AssistantMessage(content=final))
         reply = self._with_attachments(final, history)
         with self.sessions.atomic():  # answer and the channel's reply: both or neither
@@ -568,12 +590,14 @@ class Agent:
         if count <= self.max_messages and est_tokens(chars) + overhead <= self.max_tokens:
             return  # cheap check first: raw size under the caps means nothing to fold
         ids, history = self.sessions.load(session_id)
+        # as later prompts carry it: answered turns' images are one line each (gantry.vision)
+        seen = collapse_tool_results(without_images(history, EARLIER))
         if len(history) <= self.max_messages and (
-            history_tokens(collapse_tool_results(history)) + overhead <= self.max_tokens
+            history_tokens(seen) + overhead <= self.max_tokens
         ):
             return
         plan = plan_trim(
-            collapse_tool_results(history),
+            seen,
             max(2, int(self.max_messages * FOLD_TARGET)),
             max(0, int((self.max_tokens - overhead) * FOLD_TARGET)),
         )

@@ -235,7 +235,8 @@ async def test_a_file_gone_from_the_outbox_is_said_not_lost(tmp_path: Path,
         tg.push_text(USER, "show me")
         async with running(tg, tmp_path / "g.db", respond) as ch:
             assert (await settle(tg, ch, ["show me"]))["show me"] == "answered"
-        assert tg.sent_texts(USER) == ["Here.", "(the file logo.png is no longer available to send)"]
+        gone = "(the file logo.png is no longer available to send)"
+        assert tg.sent_texts(USER) == ["Here.", gone]
         assert tg.files() == []
 
 
@@ -248,7 +249,8 @@ async def test_push_sends_attachments_and_reports_them_as_parts(tmp_path: Path) 
         ch = TelegramChannel(TOKEN, (USER,), db.connect(tmp_path / "g.db"), api_url=tg.base_url)
         seen: list[tuple[int, int]] = []
         try:
-            await ch.push(str(USER), pack("reminder", [att]), progress=lambda d, t: seen.append((d, t)))
+            await ch.push(str(USER), pack("reminder", [att]),
+                          progress=lambda d, t: seen.append((d, t)))
         finally:
             await ch.bot.session.close()
         assert seen == [(1, 2), (2, 2)] and [f.data for f in tg.files(USER)] == [PNG]
