@@ -627,6 +627,11 @@ class FakeTelegram(LoopbackServer):
 
     # ------------------------------------------------------------------ media out
 
+    def clear_faults(self, method: str) -> None:
+        """Drop the faults still queued for `method` (Telegram is back)."""
+        with self._lock:
+            self._faults.pop(method.lower(), None)
+
     def files(self, chat_id: int | str | None = None) -> list[SentFile]:
         """Uploaded photos and documents, in arrival order (optionally of one chat)."""
         with self._lock:

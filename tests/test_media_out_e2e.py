@@ -1,0 +1,80 @@
+"""Media out end to end (issue 28): `gantry run` as a subprocess with npm server-everything,
+the fake model and the fake Bot API. A tool's image reaches the chat as a photo, with the
+exact bytes, and survives a kill -9 between the reply's text and its photo."""
+
+from __future__ import annotations
+
+import base64
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.mcp_servers import EVERYTHING, NPM_PREFIX, everything_command, toml_server
+from tests.fakes.openai import Call, FakeOpenAI, SendAttachment
+from tests.fakes.telegram import FakeTelegram
+from tests.test_telegram_e2e import USER, fakes, run, states, wait  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+
+def tiny_image() -> bytes:
+    """The PNG server-everything's get-tiny-image returns, read from its own source."""
+    src = NPM_PREFIX / "node_modules" / EVERYTHING / "dist" / "tools" / "get-tiny-image.js"
+    found = re.search(r'MCP_TINY_IMAGE = "([A-Za-z0-9+/=]+)"', src.read_text())
+    assert found is not None, "server-everything's tiny image moved"
+    return base64.b64decode(found.group(1))
+
+
+def manifest(tmp_path: Path) -> str:
+    path = tmp_path / "mcp.toml"
+    path.write_text(toml_server("every", everything_command()), encoding="utf-8")
+    return str(path)
+
+
+SHOW = SendAttachment(Call("every__get-tiny-image"), "Here is the logo.")
+
+
+def test_a_tool_image_reaches_the_chat_as_a_photo_and_never_the_models_context(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run, tmp_path: Path  # noqa: F811
+) -> None:
+    tg, llm = fakes
+    png = tiny_image()
+    llm.default = SHOW
+    g = run(MCP_MANIFEST=manifest(tmp_path))
+    tg.push_text(USER, "show me the logo")
+    (photo,) = tg.wait_files_sync(USER, 1, timeout=120)
+    assert photo.method == "sendPhoto" and photo.data == png
+    wait(lambda: states(g.env["DATA_DIR"]).get("show me the logo") == "answered", 30, "answer")
+    assert tg.sent_texts(USER) == ["Here is the logo."]
+    b64 = base64.b64encode(png).decode()
+    assert all(b64[:200] not in r.raw.decode() for r in llm.requests)  # placeholder only
+    assert "attachment" in llm.requests[1].raw.decode()
+    assert g.stop() == 0
+    assert tg.files(USER) == [photo]
+
+
+def test_kill_between_the_text_and_the_photo_sends_each_once(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run, tmp_path: Path  # noqa: F811
+) -> None:
+    """The text part is delivered, every sendPhoto fails (Telegram half down), kill -9; after
+    the restart the photo goes once, the text is not sent again, the model is not asked."""
+    tg, llm = fakes
+    llm.default = SHOW
+    tg.fail("sendPhoto", "server_error", times=10_000)
+    mcp = manifest(tmp_path)
+    g = run(MCP_MANIFEST=mcp)
+    tg.push_text(USER, "show me the logo")
+    tg.wait_calls_sync("sendPhoto", 2, timeout=120)
+    g.stop(signal.SIGKILL)
+    asked = len(llm.requests)
+    assert tg.sent_texts(USER) == ["Here is the logo."] and tg.files(USER) == []
+    tg.clear_faults("sendPhoto")
+    g2 = run(MCP_MANIFEST=mcp)
+    (photo,) = tg.wait_files_sync(USER, 1, timeout=120)
+    wait(lambda: states(g2.env["DATA_DIR"]).get("show me the logo") == "answered", 30, "answer")
+    assert photo.data == tiny_image() and tg.sent_texts(USER) == ["Here is the logo."]
+    assert len(llm.requests) == asked
+    assert g2.stop() == 0
+    assert len(tg.files(USER)) == 1
