@@ -272,3 +272,35 @@ async def test_stdio_prints_the_saved_path(tmp_path: Path) -> None:
         await ch.serve(respond, lambda: None)
     assert "Here it is.\n" in out.getvalue()
     assert f"[attachment] {att.path} (image/png, {len(PNG)} B)" in out.getvalue()
+
+
+# ---------------------------------------------------------------------- image URLs
+
+
+def test_only_https_markdown_images_bounded_become_photos() -> None:
+    from gantry.channel.reply import MAX_URL_PHOTOS, image_urls
+
+    text = ("![a](https://images.example/a.png) ![a again](https://images.example/a.png) "
+            "[a link](https://images.example/link.png) ![http](http://images.example/h.png) "
+            "![file](file:///etc/passwd) " + " ".join(f"![{i}](https://x.example/{i}.jpg)"
+                                                       for i in range(10)))
+    urls = image_urls(text)
+    assert urls[0] == "https://images.example/a.png" and len(urls) == MAX_URL_PHOTOS
+    assert all(u.startswith("https://") for u in urls) and len(set(urls)) == len(urls)
+    assert image_urls("no images here") == []
+
+
+@pytest.mark.anyio
+async def test_reply_image_urls_go_as_photos_and_a_bad_one_is_skipped(
+    tmp_path: Path, quick: None  # noqa: F811
+) -> None:
+    async def respond(msg: Inbound, stream: Any) -> str:
+        return ("A cat: ![cat](https://images.example/cat.jpg) and "
+                "![broken](https://not-an-image.example/page)")
+
+    async with FakeTelegram(token=TOKEN) as tg:
+        tg.push_text(USER, "cat?")
+        async with running(tg, tmp_path / "g.db", respond) as ch:
+            assert (await settle(tg, ch, ["cat?"]))["cat?"] == "answered"
+        assert [f.filename for f in tg.files(USER)] == ["https://images.example/cat.jpg"]
+        assert len(tg.calls("sendPhoto")) == 2 and len(tg.sent_texts(USER)) == 1

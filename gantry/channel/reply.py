@@ -8,11 +8,16 @@ with attachments is MARK followed by JSON. Pure: no IO here.
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
 MARK = "\x1e"  # ASCII record separator: never the first character of a text reply (pack)
 MAX_ATTACHMENTS = 10  # per reply: a model asking for more gets the first ten
 CAPTION_MAX = 1000  # Telegram allows 1024 characters of caption
+MAX_URL_PHOTOS = 3  # Markdown images in a reply's text sent as photos (see image_urls)
+URL_MAX = 2048
+_IMAGE = re.compile(r"!\[[^\]\n]*\]\((https://[^\s()<>]+)\)")
 
 
 class Attachment(msgspec.Struct, frozen=True):
@@ -59,3 +64,14 @@ def unpack(stored: str) -> Reply:
 def text_of(stored: str) -> str:
     """Only the text of a stored reply (what a log line or a test compares)."""
     return unpack(stored).text
+
+
+def image_urls(text: str) -> list[str]:
+    """The https images a reply's text shows in Markdown (`![alt](https://…)`), each once,
+    at most MAX_URL_PHOTOS: Telegram fetches them itself, gantry downloads nothing. Plain
+    links and any other scheme are left as text."""
+    out: list[str] = []
+    for url in _IMAGE.findall(text):
+        if url not in out and len(url) <= URL_MAX:
+            out.append(url)
+    return out[:MAX_URL_PHOTOS]

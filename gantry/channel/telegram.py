@@ -51,7 +51,7 @@ from gantry.channel.base import (
     TurnStopped,
     is_stop,
 )
-from gantry.channel.reply import Attachment, unpack
+from gantry.channel.reply import Attachment, Reply, image_urls, unpack
 from gantry.channel.telegram_out import send_attachment
 from gantry.channel.telegram_store import (
     MAX_ATTEMPTS,
@@ -154,6 +154,12 @@ def parts_for(reply: str) -> list[Rendered]:
     """The messages a reply is sent as: rendered Markdown split at 4096 UTF-16 units."""
     parts = [p for p in split_message(render_markdown(reply)) if p.text.strip()]
     return parts or [Rendered(reply.strip() or "(empty reply)", [])]
+
+
+def extras_for(reply: Reply) -> list[Attachment | str]:
+    """What goes after a reply's text parts, each one more part: its attachments, then the
+    https images its Markdown shows (sent by URL)."""
+    return [*reply.attachments, *image_urls(reply.text)]
 
 
 class Backoff:
@@ -621,10 +627,11 @@ class TelegramChannel:
         assert row.reply is not None
         reply = unpack(row.reply)
         parts = parts_for(reply.text)
-        total = len(parts) + len(reply.attachments)
+        extras = extras_for(reply)
+        total = len(parts) + len(extras)
         for i in range(row.sent_parts, total):
             if i >= len(parts):
-                await self._send_file(row.chat_id, reply.attachments[i - len(parts)])
+                await self._send_file(row.chat_id, extras[i - len(parts)])
             elif i < len(row.stream_msgs):
                 await self._edit_final(row.chat_id, row.stream_msgs[i], parts[i])
             else:
@@ -636,9 +643,9 @@ class TelegramChannel:
         if row.sent_parts >= total:
             self.store.mark_sent(row.update_id, total, total)
 
-    async def _send_file(self, chat: int, file: Attachment) -> None:
-        """One attachment (sendPhoto, or sendDocument), following a group's migration like
-        text. A file gone from the outbox (pruned) is said in a line instead."""
+    async def _send_file(self, chat: int, file: Attachment | str) -> None:
+        """One attachment (sendPhoto, or sendDocument) or image URL, following a group's
+        migration like text. A file gone from the outbox (pruned) is said in a line instead."""
         try:
             await send_attachment(self.bot, chat, file)
         except TelegramMigrateToChat as exc:
@@ -747,12 +754,13 @@ class TelegramChannel:
         chat = int(chat_id)
         reply = unpack(text)
         parts = parts_for(reply.text)
-        total = len(parts) + len(reply.attachments)
+        extras = extras_for(reply)
+        total = len(parts) + len(extras)
         for i in range(sent, total):
             if i < len(parts):
                 await self._send(chat, parts[i])
             else:
-                await self._send_file(chat, reply.attachments[i - len(parts)])
+                await self._send_file(chat, extras[i - len(parts)])
             if progress is not None:
                 progress(i + 1, total)
         if sent >= total and progress is not None:

@@ -37,10 +37,18 @@ def _gone(file: Attachment) -> str | None:
     return None
 
 
-async def send_attachment(bot: Bot, chat: int, file: Attachment) -> None:
+async def send_attachment(bot: Bot, chat: int, file: Attachment | str) -> None:
     """Send one file: a photo when it may be one, falling back to a document when Telegram
     refuses it as a photo (dimensions, format); a missing file becomes a short line of text.
-    Raises what Telegram raised otherwise (the caller judges transient or final)."""
+    A str is an https image URL Telegram fetches: if it cannot, the image is skipped (the
+    text already links it). Raises what Telegram raised otherwise (the caller judges)."""
+    if isinstance(file, str):
+        try:
+            await _retrying(lambda: bot.send_photo(chat_id=chat, photo=file))
+        except TelegramBadRequest as exc:
+            log.info("telegram could not fetch an image URL of the reply; skipped",
+                     extra={"chat_id": chat, "error": exc.message[:200]})
+        return
     missing = _gone(file)
     if missing is not None:
         log.warning("an attachment could not be sent", extra={"chat_id": chat, "why": missing})

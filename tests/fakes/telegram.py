@@ -627,6 +627,10 @@ class FakeTelegram(LoopbackServer):
 
     # ------------------------------------------------------------------ media out
 
+    fetchable = "https://images.example/"
+    """URLs a sendPhoto by URL succeeds for (Telegram fetched them); other https URLs get
+    Telegram's 400 for a page that is no image."""
+
     def clear_faults(self, method: str) -> None:
         """Drop the faults still queued for `method` (Telegram is back)."""
         with self._lock:
@@ -663,6 +667,10 @@ class FakeTelegram(LoopbackServer):
         value = params.get(field_name)
         if isinstance(value, str) and value.startswith("attach://"):
             value = params.get(value.removeprefix("attach://"))
+        elif isinstance(value, str) and value.startswith(self.fetchable):
+            value = {"filename": value, "data": b"(fetched by Telegram)"}
+        elif isinstance(value, str) and value.startswith("https://"):
+            raise _Reply(400, "Bad Request: wrong type of the web page content")
         if not isinstance(value, dict) or "data" not in value:
             raise _Reply(400, f"Bad Request: there is no {field_name} in the request")
         if not value["data"]:
