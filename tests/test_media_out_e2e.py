@@ -5,13 +5,20 @@ exact bytes, and survives a kill -9 between the reply's text and its photo."""
 from __future__ import annotations
 
 import base64
+import json
 import re
 import signal
 from pathlib import Path
 
 import pytest
 
-from tests.fakes.mcp_servers import EVERYTHING, NPM_PREFIX, everything_command, toml_server
+from tests.fakes.mcp_servers import (
+    EVERYTHING,
+    NPM_PREFIX,
+    everything_command,
+    static_fixture,
+    toml_server,
+)
 from tests.fakes.openai import Call, FakeOpenAI, SendAttachment
 from tests.fakes.telegram import FakeTelegram
 from tests.test_telegram_e2e import USER, fakes, run, states, wait  # noqa: F401
@@ -78,3 +85,29 @@ def test_kill_between_the_text_and_the_photo_sends_each_once(  # type: ignore[no
     assert len(llm.requests) == asked
     assert g2.stop() == 0
     assert len(tg.files(USER)) == 1
+
+
+STATIC_IMAGE_TOOLS = json.dumps({"tools": [{
+    "name": "image", "description": "An image (the base64 given, as PNG).",
+    "inputSchema": {"type": "object", "properties": {"data": {"type": "string"}},
+                    "required": ["data"]}}]})
+
+
+def test_the_static_fixtures_image_reaches_sendphoto(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run, tmp_path: Path  # noqa: F811
+) -> None:
+    """The scenario tests/binary/test_binary_i28out.py runs in the frozen binary, here with
+    the interpreter: the static C fixture's image tool, then send_attachment, then sendPhoto."""
+    tg, llm = fakes
+    png = tiny_image()
+    path = tmp_path / "mcp.toml"
+    path.write_text(toml_server("st", [str(static_fixture())],
+                                env={"STATIC_TOOLS": STATIC_IMAGE_TOOLS}), encoding="utf-8")
+    llm.default = SendAttachment(Call("st__image", {"data": base64.b64encode(png).decode()}),
+                                 "Sent.")
+    g = run(MCP_MANIFEST=str(path))
+    tg.push_text(USER, "an image please")
+    (photo,) = tg.wait_files_sync(USER, 1, timeout=120)
+    assert photo.method == "sendPhoto" and photo.data == png
+    assert tg.wait_sent_sync(USER, 1, timeout=30) == ["Sent."]
+    assert g.stop() == 0

@@ -10,6 +10,8 @@
  *   pid          → this process's pid
  *   crash        → exit(1) at once, no answer
  *   env {name}   → the variable's value or <unset>
+ *   image {data} → an image content block with that base64 as PNG (not listed: offer it
+ *                  through STATIC_TOOLS; media out in the binary)
  * STATIC_TOOLS, when set, is sent as the tools/list result instead (a JSON object with a
  * "tools" list): a test can offer any names or schemas, served by the tools above.
  */
@@ -109,6 +111,14 @@ int main(void) {
                 const char *value = NULL;
                 if (args && field(args, "name", arg, sizeof arg)) value = getenv(arg);
                 text_result(id, value ? value : "<unset>");
+            } else if (strcmp(name, "image") == 0) {
+                const char *args = strstr(params, "\"arguments\"");
+                if (!args || !field(args, "data", arg, sizeof arg)) arg[0] = 0;
+                snprintf(out, sizeof out,
+                         "{\"content\":[{\"type\":\"text\",\"text\":\"an image:\"},"
+                         "{\"type\":\"image\",\"data\":\"%s\",\"mimeType\":\"image/png\"}],"
+                         "\"isError\":false}", arg);
+                reply(id, out);
             } else {
                 fail(id, -32602, "unknown tool");
             }
