@@ -135,7 +135,8 @@ async def _drain(agent: Any, turns: Turns) -> None:
 def load_mcp(cfg: Config, environ: Mapping[str, str], registry: Any, outbox: Any = None) -> Any:
     """The MCP host for the manifest's servers, or None (then `mcp` is never imported).
     Binary tool results are kept in `outbox` (DATA_DIR/outbox by default) for the
-    `send_attachment` tool registered beside the servers' tools."""
+    `send_attachment` tool, registered beside the servers' tools unless the only server is
+    the memory backend's."""
     from gantry.mcp.manifest import ManifestError, load
 
     try:
@@ -149,8 +150,10 @@ def load_mcp(cfg: Config, environ: Mapping[str, str], registry: Any, outbox: Any
 
     if outbox is None:  # `gantry tools list`: the same offer, nothing is kept
         outbox = Outbox(Path(cfg.data_dir) / "outbox")
-    registry.register(attachment_tool(outbox))
-    return Host(specs, registry, environ, memory_only(cfg), keep=outbox.keep)
+    hidden = memory_only(cfg)
+    if any(s.name not in hidden for s in specs):  # not only the memory backend's server
+        registry.register(attachment_tool(outbox))
+    return Host(specs, registry, environ, hidden, keep=outbox.keep)
 
 
 def memory_only(cfg: Config) -> dict[str, frozenset[str]]:

@@ -218,8 +218,8 @@ def test_tools_list_is_what_the_model_is_offered(
     assert marks["memory__echo"][0] == "memory" and marks["every__echo"][0] == "every"
     builtin = [n for n in listed if "__" not in n]
     assert builtin == ["cron_cancel", "cron_list", "cron_schedule", "memory_forget",
-                       "memory_recall", "memory_store"]
-    assert summary.startswith(f"tools offered: {len(listed)} (6 built in), ~")
+                       "memory_recall", "memory_store", "send_attachment"]
+    assert summary.startswith(f"tools offered: {len(listed)} (7 built in), ~")
 
     fake.push(ToolCalls([Call("memory__crash", {}, id="c1")]), Reply("it broke"))
     g.ask("break the memory server", "it broke", timeout=BOOT)
@@ -228,7 +228,7 @@ def test_tools_list_is_what_the_model_is_offered(
     for request in (fake.requests[0], fake.requests[-1]):
         sent = request.body["tools"]
         assert [t["function"]["name"] for t in sent] == listed
-        assert summary == f"tools offered: {len(sent)} (6 built in), ~{wire_tokens(sent)} " \
+        assert summary == f"tools offered: {len(sent)} (7 built in), ~{wire_tokens(sent)} " \
             "schema tokens per request (est.)"
     g.send("/status")
     assert f"\n{summary}\n" in g.expect("restarts\n")

@@ -697,6 +697,6 @@ def test_tools_list_in_the_image(sandbox: Sandbox, mcp_binds: dict[str, Path]) -
     assert done.returncode == 0, done.stderr
     names = [line.split()[0] for line in done.stdout.splitlines()[:-1]]
     assert names == ["cron_cancel", "cron_list", "cron_schedule", "memory_forget",
-                     "memory_recall", "memory_store", "st__crash", "st__echo", "st__env",
-                     "st__pid"]  # the built-in tools too: what the model is offered
-    assert done.stdout.splitlines()[-1].startswith("tools offered: 10 (6 built in), ~")
+                     "memory_recall", "memory_store", "send_attachment", "st__crash",
+                     "st__echo", "st__env", "st__pid"]  # the built-ins: what the model is offered
+    assert done.stdout.splitlines()[-1].startswith("tools offered: 11 (7 built in), ~")
