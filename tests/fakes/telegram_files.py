@@ -5,6 +5,7 @@ Files are registered with `add_file`; `push_photo`/`push_document`/`push_voice`/
 enqueue messages that carry them. Like Telegram, getFile refuses files over FILE_LIMIT
 ("file is too big") and unknown ids ("invalid file_id"). `downloads` records each download:
 its path (never the token) and how many bytes the server wrote before the client stopped.
+`download_delay` pauses after each 64 KiB chunk (a kill mid-download).
 `download_status` (a list) answers the next downloads with those statuses first.
 `announce_size=False` leaves `file_size` out (a sender that lies or does not say), so the
 cap can only be enforced while streaming.
@@ -149,7 +150,7 @@ class FileServing:
             for i in range(0, len(f.data), CHUNK):
                 await response.write(f.data[i : i + CHUNK])
                 record.sent += len(f.data[i : i + CHUNK])
-                await asyncio.sleep(0)
+                await asyncio.sleep(getattr(self, "download_delay", 0.0))
             await response.write_eof()
             record.complete = True
         except (ConnectionResetError, asyncio.CancelledError):
