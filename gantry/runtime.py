@@ -53,7 +53,8 @@ class PersonaHolder:
 
 
 def build_channel(
-    cfg: Config, conn: Any, ssl_context: ssl.SSLContext | None = None, agent: Any = None
+    cfg: Config, conn: Any, ssl_context: ssl.SSLContext | None = None, agent: Any = None,
+    media: Any = None,
 ) -> Any:
     """The configured channel; aiogram is imported only for CHANNEL=telegram."""
     if cfg.channel == "stdio":
@@ -65,7 +66,7 @@ def build_channel(
             return Intro(cfg.llm_model, len(agent.tools), count, summary)
 
         return StdioChannel(stream_replies=cfg.stream_replies,
-                            intro=intro if agent is not None else None)
+                            intro=intro if agent is not None else None, media=media)
     from gantry.channel.telegram import TelegramChannel
 
     return TelegramChannel(
@@ -76,6 +77,7 @@ def build_channel(
         groups=cfg.telegram_groups,
         stream_replies=cfg.stream_replies,
         ssl_context=ssl_context,
+        media=media,
     )
 
 
@@ -225,7 +227,10 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
         zone=user_zone(cfg.cron_tz),
         outbox=outbox,
     )
-    channel = build_channel(cfg, conn, tls, agent)
+    from gantry.media.build import reader_for
+
+    media = reader_for(cfg, tls)
+    channel = build_channel(cfg, conn, tls, agent, media)
     turns = Turns(settle=agent.sessions.settle_stopped)
     respond = turns.wrap(agent)
     cron = None
@@ -269,6 +274,7 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
             log.info("mcp tool telemetry", extra={"tools": mcp_host.telemetry()})
         with anyio.CancelScope(shield=True):
             await provider.aclose()
+            await media.aclose()
         _mark_stopped(conn)
         conn.close()
         log.info("gantry stopped")
@@ -331,7 +337,9 @@ def main(env_file: str | None) -> int:
         return 1
     redactor = logsetup.setup(
         log_level(cfg, environ, sys.stderr),
-        [cfg.llm_api_key, cfg.telegram_bot_token, *logsetup.url_secrets(cfg.llm_base_url)],
+        [cfg.llm_api_key, cfg.telegram_bot_token, cfg.llm_transcribe_api_key,
+         *logsetup.url_secrets(cfg.llm_base_url),
+         *logsetup.url_secrets(cfg.llm_transcribe_base_url)],
         fmt=cfg.log_format,
     )
     from gantry.db import DatabaseError

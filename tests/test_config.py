@@ -55,6 +55,8 @@ def test_field_names_are_the_spec_variables() -> None:
         "MEMORY_BACKEND",
         "MEMORY_CONSOLIDATE_MINUTES", "CRON_ENABLED", "CRON_TZ", "CRON_MAX_JOBS",
         "CRON_TICK_SECONDS", "STREAM_REPLIES", "LOG_LEVEL", "LOG_FORMAT",
+        "MEDIA_MAX_BYTES", "LLM_TRANSCRIBE_MODEL", "LLM_TRANSCRIBE_BASE_URL",
+        "LLM_TRANSCRIBE_API_KEY",
     }
 
 

@@ -17,7 +17,7 @@ import threading
 import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import NamedTuple, TextIO
+from typing import Any, NamedTuple, TextIO
 
 import anyio
 import anyio.from_thread
@@ -36,6 +36,9 @@ from gantry.channel.base import (
     unknown_command,
 )
 from gantry.channel.reply import Attachment, unpack
+from gantry.media.build import compose
+from gantry.media.files import MediaError
+from gantry.media.local import ATTACH_HELP, fetch_local, local_item, parse_attach
 
 CHAT_ID = "local"
 SESSION_ID = f"stdio:{CHAT_ID}"
@@ -211,8 +214,10 @@ class StdioChannel:
         inp: TextIO | None = None,
         out: TextIO | None = None,
         intro: Callable[[str], Intro] | None = None,
+        media: Any = None,
     ) -> None:
         self.stream_replies = stream_replies
+        self.media = media  # gantry.media.MediaReader for /attach (None: /attach is refused)
         self.inp = inp or sys.stdin
         self.out = out or sys.stdout
         self.interactive = _isatty(self.inp)
@@ -395,12 +400,18 @@ class StdioChannel:
             self.out.write(NOTHING_TO_STOP + "\n")
             self.out.flush()
             return
-        unknown = unknown_command(text)
+        attached = await self._attached(text)
+        if isinstance(attached, str):  # refused: say why, no model call
+            self.out.write(attached + "\n")
+            self.out.flush()
+            return
+        unknown = None if attached is not None else unknown_command(text)
         if unknown is not None:  # a typo'd command is not a message for the model
             self.out.write(unknown + "\n")
             self.out.flush()
             return
-        msg = Inbound(channel=self.name, chat_id=CHAT_ID, user_id=self.user, text=text)
+        msg = (Inbound(channel=self.name, chat_id=CHAT_ID, user_id=self.user, text=text)
+               if attached is None else attached)
         stream = StdioStream(self.out) if self.stream_replies else None
         self._current, self._stream = msg, stream
         try:
@@ -416,8 +427,8 @@ class StdioChannel:
             self._current = self._stream = None
         packed = unpack(reply)
         reply = packed.text
-        if self.terminal and text.strip().lower() == "/help":
-            reply += "\n" + KEYS_HELP
+        if text.strip().lower() == "/help":
+            reply += "\n" + ATTACH_HELP + ("\n" + KEYS_HELP if self.terminal else "")
         if stream is not None:
             await stream.finish(reply)
         else:
@@ -430,6 +441,27 @@ class StdioChannel:
         for f in files:
             note = f" — {f.caption}" if f.caption else ""
             self.out.write(f"{ATTACHED}{f.path} ({f.mime}, {f.size} B){note}\n")
+
+    async def _attached(self, text: str) -> Inbound | str | None:
+        """`/attach PATH [caption]` read through gantry.media into a message (its text and
+        images), or the reason it cannot be sent; None for any other line."""
+        parsed = parse_attach(text)
+        if parsed is None:
+            return None
+        path, caption = parsed
+        if not path:
+            return "Usage: " + ATTACH_HELP
+        if self.media is None:
+            return "Attaching files is not available here."
+        try:
+            item = local_item(path)
+            built = await self.media.read([item], fetch_local)
+        except MediaError as exc:
+            return exc.reply
+        except Exception as exc:  # the transcription service down, a disk error: say so
+            return f"Could not read {path}: {type(exc).__name__}: {exc}"
+        return Inbound(channel=self.name, chat_id=CHAT_ID, user_id=self.user,
+                       text=compose(*built.blocks, caption), images=tuple(built.images))
 
     def can_push(self, chat_id: str) -> bool:
         return True

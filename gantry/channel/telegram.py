@@ -52,6 +52,7 @@ from gantry.channel.base import (
     is_stop,
 )
 from gantry.channel.reply import Attachment, Reply, image_urls, unpack
+from gantry.channel.telegram_media import TelegramMedia
 from gantry.channel.telegram_out import send_attachment
 from gantry.channel.telegram_store import (
     MAX_ATTEMPTS,
@@ -70,6 +71,10 @@ from gantry.channel.tgformat import (
     to_aiogram,
     utf16_len,
 )
+from gantry.channel.tgmedia import incoming
+from gantry.media import MediaError, MediaReader
+from gantry.media.kinds import dump
+from gantry.wire.openai import ImagePart
 
 log = logging.getLogger("gantry.channel.telegram")
 
@@ -78,7 +83,7 @@ ALLOWED_UPDATES = ["message"]  # edited messages, reactions, etc. are never deli
 COMMANDS = [("new", "start a new conversation"), ("status", "uptime, model, history size"),
             ("stop", "stop the reply being written"), ("cancel", "same as /stop"),
             ("help", "what I can do")]
-NON_TEXT_REPLY = "I can only read text messages for now."
+NON_TEXT_REPLY = "I cannot read this kind of message."
 TYPING_EVERY = 4.0
 EDIT_GAP = 1.0
 STRANGER_LOG_EVERY = 3600.0  # also how often an ignored group chat is logged
@@ -190,6 +195,7 @@ class TelegramChannel:
         stream_replies: bool = False,
         poll_timeout: int = POLL_TIMEOUT,
         ssl_context: ssl.SSLContext | None = None,
+        media: MediaReader | None = None,
     ) -> None:
         self.allowed = frozenset(allowed_users)
         self.store = TelegramStore(conn)
@@ -197,6 +203,7 @@ class TelegramChannel:
         self.poll_timeout = poll_timeout
         session = _Session(ssl_context, api=TelegramAPIServer.from_base(api_url.rstrip("/")))
         self.bot = Bot(token, session=session)
+        self.media = TelegramMedia(self.bot, media)
         self._active: set[int] = set()
         self._turning: dict[int, tuple[int, Inbound]] = {}  # chat → its turn's update, message
         self._edit_at: dict[int, float] = {}  # chat → earliest time the next edit may go
@@ -378,10 +385,16 @@ class TelegramChannel:
                     idle.append(msg.chat.id)
                 else:
                     stops[msg.chat.id] = target
+            got = incoming(msg, self._me_id)
+            refused = NON_TEXT_REPLY if got is None else self.media.refusal(got.media)
+            if got is not None and got.media_group:
+                self.media.album_seen(msg.chat.id, got.media_group)
             accepted.append(Accepted(
                 update_id=upd.update_id, chat_id=msg.chat.id, user_id=user,
-                message_id=msg.message_id, text=text or "",
-                reply=None if text is not None else NON_TEXT_REPLY, done=stop,
+                message_id=msg.message_id, text=got.text if got else "",
+                reply=None if stop else refused, done=stop,
+                media=dump(got.media) if got else "[]",
+                media_group=got.media_group if got else None,
             ))
         self.store.accept(accepted, max(u.update_id for u in updates) + 1,
                           stopped=list(stops.values()), stopped_reply=STOPPED_REPLY)
@@ -423,8 +436,9 @@ class TelegramChannel:
         if kind == "private":
             return True
         if (self.groups == "mention" and kind in GROUP_CHATS
-                and addressed(msg, self._me_id, self._me_username)):
-            return True
+                and (addressed(msg, self._me_id, self._me_username)
+                     or self.media.album_known(msg.chat.id, msg.media_group_id))):
+            return True  # (an album's later parts carry no mention: they follow its first)
         if self._group_log.due(msg.chat.id):
             log.info("ignored a message in a group or channel; see TELEGRAM_GROUPS",
                      extra={"chat_id": msg.chat.id, "chat_type": kind,
@@ -478,6 +492,11 @@ class TelegramChannel:
         update is given up, never retried forever: a failed turn gets FAILED_REPLY, a failed
         delivery ends the update.
         """
+        if row.reply is None and row.media_group:
+            wait = self.media.album_wait(self.store, row)
+            if wait > 0:  # its other parts may still be on their way
+                await anyio.sleep(wait)
+            row = self.store.gather_album(row)
         if row.reply is None and not await self._turn_step(row):
             return False
         return await self._delivery_step(row)
@@ -507,10 +526,29 @@ class TelegramChannel:
             self.store.set_reply(row.update_id, FAILED_REPLY, error=f"the turn {why}")
             return True
         try:
+            read = await self.media.read(row)  # downloads: not shielded (redone next start)
+        except anyio.get_cancelled_exc_class():
+            self.store.undo_attempt(row.update_id)
+            raise
+        except MediaError as exc:  # refused as sent: the user is told why, no model call
+            log.info("media refused", extra={"update_id": row.update_id, "why": exc.reply})
+            self.store.set_reply(row.update_id, exc.reply)
+            row.reply = exc.reply
+            return True
+        except Exception as exc:  # our errors say what failed without URL or token
+            transient = isinstance(exc, TRANSIENT)
+            failures = 0 if transient else self.store.fail_attempt(row.update_id)
+            if transient:
+                self.store.undo_attempt(row.update_id)
+            log.warning("reading the message's media failed; will retry",
+                        extra={"update_id": row.update_id, "chat_id": row.chat_id,
+                               "failures": failures, "error": f"{type(exc).__name__}: {exc}"})
+            return False
+        try:
             # Shielded: once the turn has an answer, it is stored, even at shutdown
             # (the turn itself is cut at the drain deadline by TurnAborted).
             with anyio.CancelScope(shield=True):
-                reply = await self._answer(row)
+                reply = await self._answer(row, *read)
                 self.store.set_reply(row.update_id, reply)  # done already if the agent did
         except TurnAborted:
             self.store.undo_attempt(row.update_id)
@@ -576,7 +614,7 @@ class TelegramChannel:
         for scope in self._deliveries:
             scope.deadline = min(scope.deadline, limit)
 
-    async def _answer(self, row: Pending) -> str:
+    async def _answer(self, row: Pending, text: str, images: tuple[ImagePart, ...]) -> str:
         assert self._respond is not None
         # A private chat's id is its user's id; any other chat is a group (accepted only
         # with TELEGRAM_GROUPS=mention).
@@ -584,8 +622,8 @@ class TelegramChannel:
         # so the same one): a kill cannot leave the answer recorded and the row unanswered,
         # which would run the whole turn, tool calls and all, again on redelivery.
         inbound = Inbound(channel=self.name, chat_id=str(row.chat_id), user_id=str(row.user_id),
-                          text=row.text, message_id=str(row.message_id),
-                          group=row.chat_id != row.user_id,
+                          text=text, message_id=str(row.message_id),
+                          group=row.chat_id != row.user_id, images=images,
                           on_answer=lambda reply: self.store.set_reply(row.update_id, reply))
         stream = TelegramStream(self, row) if self.stream_replies else None
         ended: TurnAborted | TurnStopped | None = None

@@ -235,6 +235,16 @@ Script = (
 
 
 @dataclass
+class Transcription:
+    """One `/audio/transcriptions` request as received."""
+
+    model: str
+    filename: str
+    data: bytes
+    authorization: str
+
+
+@dataclass
 class RecordedRequest:
     """One request as received: method, path, headers and the parsed JSON body."""
 
@@ -421,6 +431,26 @@ class FakeOpenAI(LoopbackServer):
 
     def _routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_post("/v1/audio/transcriptions", self._transcribe)
+
+    # ------------------------------------------------------------------ audio (media tests)
+
+    async def _transcribe(self, request: web.Request) -> web.StreamResponse:
+        """`POST /audio/transcriptions` (multipart: file, model, response_format), answered
+        with `{"text": transcript}`; each request is kept in `transcriptions`. Set
+        `transcript` for the text, `transcribe_status` for an error status."""
+        if not hasattr(self, "transcriptions"):
+            self.transcriptions: list[Transcription] = []
+        form = await request.post()
+        upload = form.get("file")
+        data = upload.file.read() if isinstance(upload, web.FileField) else b""
+        self.transcriptions.append(Transcription(
+            model=str(form.get("model", "")), filename=getattr(upload, "filename", ""),
+            data=data, authorization=request.headers.get("Authorization", "")))
+        status = getattr(self, "transcribe_status", 200)
+        if status != 200:
+            return _error_response(status, "transcription failed")
+        return web.json_response({"text": getattr(self, "transcript", "a transcribed note")})
 
     def _next(self) -> Script:
         with self._lock:

@@ -6,7 +6,8 @@ builds them from `TelegramAPIServer.from_base(base_url)`.
 
 Implemented: getMe, deleteWebhook, getUpdates (offset confirmation, long-poll `timeout`,
 `limit`, `allowed_updates`, 409 when a newer poll preempts an older one), sendMessage,
-editMessageText, sendChatAction, setMyCommands. Anything else is a 404 in the Bot API
+editMessageText, sendChatAction, setMyCommands, getFile and file downloads
+(tests/fakes/telegram_files.py). Anything else is a 404 in the Bot API
 error shape. sendMessage/editMessageText validate like Telegram does where it matters to
 gantry: empty text, > 4096 UTF-16 units, entities out of range, "message is not modified".
 
@@ -48,6 +49,7 @@ from typing import Any, Literal, TypeVar
 from aiohttp import web
 
 from tests.fakes._loopback import LoopbackServer
+from tests.fakes.telegram_files import FileServing
 
 __all__ = ["BotMessage", "Call", "FakeTelegram", "Fault", "FaultKind"]
 
@@ -190,7 +192,7 @@ def _update_type(update: dict[str, Any]) -> str:
     return next((k for k in update if k != "update_id"), "")
 
 
-class FakeTelegram(LoopbackServer):
+class FakeTelegram(FileServing, LoopbackServer):
     """A Bot API server on 127.0.0.1 (see the module docstring).
 
     `base_url` is `http://127.0.0.1:<port>`: pass it to `TelegramAPIServer.from_base`.
@@ -415,6 +417,7 @@ class FakeTelegram(LoopbackServer):
 
     def _routes(self, app: web.Application) -> None:
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        self._file_routes(app)  # getFile's downloads (tests/fakes/telegram_files.py)
 
     def _wake(self) -> None:
         """Tell waiting long polls to look again; safe from any thread."""
@@ -716,6 +719,7 @@ _METHODS: dict[str, _Handler] = {
     "setmycommands": FakeTelegram._set_my_commands,
     "sendphoto": FakeTelegram._send_photo,
     "senddocument": FakeTelegram._send_document,
+    "getfile": FakeTelegram._get_file,
 }
 
 
