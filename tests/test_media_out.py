@@ -164,12 +164,12 @@ async def test_a_reply_with_a_photo_sends_text_then_the_exact_bytes(
         tg.fail("sendPhoto", "server_error")  # transient: retried, sent once
         tg.push_text(USER, "show me")
         async with running(tg, tmp_path / "g.db", respond) as ch:
-            files = await tg.wait_files(USER, 1, timeout=20)
+            files = await tg.wait_uploads(USER, 1, timeout=20)
             assert (await settle(tg, ch, ["show me"]))["show me"] == "answered"
         assert tg.sent_texts(USER) == ["Here it is."]
         assert [(f.method, f.data, f.filename, f.caption) for f in files] == [
             ("sendPhoto", PNG, "logo.png", "the logo")]
-        assert len(tg.files()) == 1 and tg.files(STRANGER_CHAT) == []
+        assert len(tg.uploads()) == 1 and tg.uploads(STRANGER_CHAT) == []
 
 
 STRANGER_CHAT = 777
@@ -188,7 +188,7 @@ async def test_a_photo_telegram_refuses_goes_as_a_document(tmp_path: Path,
                 description="Bad Request: PHOTO_INVALID_DIMENSIONS")
         tg.push_text(USER, "show me")
         async with running(tg, tmp_path / "g.db", respond) as ch:
-            files = await tg.wait_files(USER, 1, timeout=20)
+            files = await tg.wait_uploads(USER, 1, timeout=20)
             assert (await settle(tg, ch, ["show me"]))["show me"] == "answered"
         assert [(f.method, f.data) for f in files] == [("sendDocument", PNG)]
 
@@ -216,10 +216,10 @@ async def test_delivery_resumes_after_the_text_and_sends_the_photo_once(
 
     async with FakeTelegram(token=TOKEN) as tg:
         async with running(tg, tmp_path / "g.db", respond, conn=conn) as ch:
-            await tg.wait_files(USER, 1, timeout=20)
+            await tg.wait_uploads(USER, 1, timeout=20)
             done = await settle(tg, ch, ["a", "b"])
             assert done == {"a": "answered", "b": "answered"}
-        assert tg.sent_texts(USER) == [] and [f.data for f in tg.files(USER)] == [PNG]
+        assert tg.sent_texts(USER) == [] and [f.data for f in tg.uploads(USER)] == [PNG]
 
 
 @pytest.mark.anyio
@@ -237,7 +237,7 @@ async def test_a_file_gone_from_the_outbox_is_said_not_lost(tmp_path: Path,
             assert (await settle(tg, ch, ["show me"]))["show me"] == "answered"
         gone = "(the file logo.png is no longer available to send)"
         assert tg.sent_texts(USER) == ["Here.", gone]
-        assert tg.files() == []
+        assert tg.uploads() == []
 
 
 @pytest.mark.anyio
@@ -253,7 +253,7 @@ async def test_push_sends_attachments_and_reports_them_as_parts(tmp_path: Path) 
                           progress=lambda d, t: seen.append((d, t)))
         finally:
             await ch.bot.session.close()
-        assert seen == [(1, 2), (2, 2)] and [f.data for f in tg.files(USER)] == [PNG]
+        assert seen == [(1, 2), (2, 2)] and [f.data for f in tg.uploads(USER)] == [PNG]
 
 
 # ---------------------------------------------------------------------- stdio
@@ -302,5 +302,5 @@ async def test_reply_image_urls_go_as_photos_and_a_bad_one_is_skipped(
         tg.push_text(USER, "cat?")
         async with running(tg, tmp_path / "g.db", respond) as ch:
             assert (await settle(tg, ch, ["cat?"]))["cat?"] == "answered"
-        assert [f.filename for f in tg.files(USER)] == ["https://images.example/cat.jpg"]
+        assert [f.filename for f in tg.uploads(USER)] == ["https://images.example/cat.jpg"]
         assert len(tg.calls("sendPhoto")) == 2 and len(tg.sent_texts(USER)) == 1

@@ -51,7 +51,7 @@ def test_a_tool_image_reaches_the_chat_as_a_photo_and_never_the_models_context( 
     llm.default = SHOW
     g = run(MCP_MANIFEST=manifest(tmp_path))
     tg.push_text(USER, "show me the logo")
-    (photo,) = tg.wait_files_sync(USER, 1, timeout=120)
+    (photo,) = tg.wait_uploads_sync(USER, 1, timeout=120)
     assert photo.method == "sendPhoto" and photo.data == png
     wait(lambda: states(g.env["DATA_DIR"]).get("show me the logo") == "answered", 30, "answer")
     assert tg.sent_texts(USER) == ["Here is the logo."]
@@ -59,7 +59,7 @@ def test_a_tool_image_reaches_the_chat_as_a_photo_and_never_the_models_context( 
     assert all(b64[:200] not in r.raw.decode() for r in llm.requests)  # placeholder only
     assert "attachment" in llm.requests[1].raw.decode()
     assert g.stop() == 0
-    assert tg.files(USER) == [photo]
+    assert tg.uploads(USER) == [photo]
 
 
 def test_kill_between_the_text_and_the_photo_sends_each_once(  # type: ignore[no-untyped-def]
@@ -76,15 +76,15 @@ def test_kill_between_the_text_and_the_photo_sends_each_once(  # type: ignore[no
     tg.wait_calls_sync("sendPhoto", 2, timeout=120)
     g.stop(signal.SIGKILL)
     asked = len(llm.requests)
-    assert tg.sent_texts(USER) == ["Here is the logo."] and tg.files(USER) == []
+    assert tg.sent_texts(USER) == ["Here is the logo."] and tg.uploads(USER) == []
     tg.clear_faults("sendPhoto")
     g2 = run(MCP_MANIFEST=mcp)
-    (photo,) = tg.wait_files_sync(USER, 1, timeout=120)
+    (photo,) = tg.wait_uploads_sync(USER, 1, timeout=120)
     wait(lambda: states(g2.env["DATA_DIR"]).get("show me the logo") == "answered", 30, "answer")
     assert photo.data == tiny_image() and tg.sent_texts(USER) == ["Here is the logo."]
     assert len(llm.requests) == asked
     assert g2.stop() == 0
-    assert len(tg.files(USER)) == 1
+    assert len(tg.uploads(USER)) == 1
 
 
 STATIC_IMAGE_TOOLS = json.dumps({"tools": [{
@@ -107,7 +107,7 @@ def test_the_static_fixtures_image_reaches_sendphoto(  # type: ignore[no-untyped
                                  "Sent.")
     g = run(MCP_MANIFEST=str(path))
     tg.push_text(USER, "an image please")
-    (photo,) = tg.wait_files_sync(USER, 1, timeout=120)
+    (photo,) = tg.wait_uploads_sync(USER, 1, timeout=120)
     assert photo.method == "sendPhoto" and photo.data == png
     assert tg.wait_sent_sync(USER, 1, timeout=30) == ["Sent."]
     assert g.stop() == 0

@@ -69,7 +69,7 @@ def test_a_tool_image_reaches_sendphoto_in_the_frozen_binary(
         )
         run.wait_stderr('"receiving"')
         tg.push_text(user_id=7, text="send me the image")
-        (photo,) = tg.wait_files_sync(7, 1, timeout=WAIT)
+        (photo,) = tg.wait_uploads_sync(7, 1, timeout=WAIT)
         assert photo.method == "sendPhoto" and photo.data == PNG, run.stderr[-3000:]
         assert tg.wait_sent_sync(chat_id=7, count=1, timeout=WAIT) == ["Here it is."]
         kept = list((data / "outbox").glob("*/image.png"))

@@ -232,7 +232,7 @@ class FakeTelegram(FileServing, LoopbackServer):
         self._allowed: list[str] | None = None
         self._message_ids: dict[str, itertools.count[int]] = {}
         self._sent: list[BotMessage] = []
-        self._files: list[SentFile] = []  # sendPhoto / sendDocument uploads (media out)
+        self._uploads: list[SentFile] = []  # sendPhoto / sendDocument uploads (media out)
         self._messages: dict[tuple[str, int], BotMessage] = {}
         self._faults: dict[str, deque[Fault]] = {}
         self._lock = threading.Lock()
@@ -639,23 +639,23 @@ class FakeTelegram(FileServing, LoopbackServer):
         with self._lock:
             self._faults.pop(method.lower(), None)
 
-    def files(self, chat_id: int | str | None = None) -> list[SentFile]:
+    def uploads(self, chat_id: int | str | None = None) -> list[SentFile]:
         """Uploaded photos and documents, in arrival order (optionally of one chat)."""
         with self._lock:
-            return [f for f in self._files if chat_id is None or _same_chat(f.chat_id, chat_id)]
+            return [f for f in self._uploads if chat_id is None or _same_chat(f.chat_id, chat_id)]
 
-    async def wait_files(self, chat_id: int | str, count: int = 1,
+    async def wait_uploads(self, chat_id: int | str, count: int = 1,
                          timeout: float = 5.0) -> list[SentFile]:
         def check() -> list[SentFile]:
-            found = self.files(chat_id)
+            found = self.uploads(chat_id)
             return found if len(found) >= count else []
 
         return await self.wait_for(check, timeout, f"{count} file(s) to {chat_id}")
 
-    def wait_files_sync(self, chat_id: int | str, count: int = 1,
+    def wait_uploads_sync(self, chat_id: int | str, count: int = 1,
                         timeout: float = 5.0) -> list[SentFile]:
         def check() -> list[SentFile]:
-            found = self.files(chat_id)
+            found = self.uploads(chat_id)
             return found if len(found) >= count else []
 
         return self.wait_for_sync(check, timeout, f"{count} file(s) to {chat_id}")
@@ -684,7 +684,7 @@ class FakeTelegram(FileServing, LoopbackServer):
         sent = SentFile(method, chat_id, self._new_message_id(chat_id),
                         str(value.get("filename") or ""), value["data"], caption)
         with self._lock:
-            self._files.append(sent)
+            self._uploads.append(sent)
         result = self._message_result(BotMessage(chat_id, sent.message_id, "", []))
         del result["text"]
         if caption:
