@@ -405,9 +405,10 @@ class Agent:
         if self.outbox is None:
             return final
         from gantry.channel.reply import pack
-        from gantry.outbox import turn_attachments
+        from gantry.outbox import offered_ids, turn_attachments
 
-        found = turn_attachments(history[current_turn_start(history):], self.outbox)
+        turn = history[current_turn_start(history):]
+        found = turn_attachments(turn, self.outbox, offered_ids(history))
         return pack(final, found) if found else final
 
     def _offer(self, session_id: str, texts: list[str], shared: bool) -> list[ToolDef] | None:

@@ -153,10 +153,20 @@ def attachment_tool(outbox: Outbox) -> Tool:
     )
 
 
-def turn_attachments(turn: Sequence[Message], outbox: Outbox) -> list[Attachment]:
+_OFFERED = re.compile(r"; attachment ([0-9a-f]{12}): ")
+
+
+def offered_ids(history: Sequence[Message]) -> set[str]:
+    """The attachment ids tool results of this conversation named (convert's placeholder)."""
+    return {i for m in history if isinstance(m, ToolMessage) for i in _OFFERED.findall(m.content)}
+
+
+def turn_attachments(turn: Sequence[Message], outbox: Outbox,
+                     offered: set[str] | None = None) -> list[Attachment]:
     """The files a turn's successful send_attachment calls asked for, in call order, each at
     most once, at most MAX_ATTACHMENTS; read from the recorded messages, so a turn resumed
-    after a restart finds the calls it made before it."""
+    after a restart finds the calls it made before it. With `offered`, only those ids: a
+    chat gets only files its own tool results returned, never another chat's."""
     results = {m.tool_call_id: m.content for m in turn if isinstance(m, ToolMessage)}
     out: list[Attachment] = []
     seen: set[str] = set()
@@ -176,6 +186,10 @@ def turn_attachments(turn: Sequence[Message], outbox: Outbox) -> list[Attachment
             ident = str(args.get("id", "")).strip().removeprefix("attachment").strip()
             found = outbox.find(ident)
             if found is None or ident in seen or len(out) >= MAX_ATTACHMENTS:
+                continue
+            if offered is not None and ident not in offered:
+                log.warning("send_attachment named a file this chat was not given; left out",
+                            extra={"id": ident})
                 continue
             seen.add(ident)
             caption = str(args.get("caption") or "")[:CAPTION_MAX]

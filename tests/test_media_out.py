@@ -304,3 +304,19 @@ async def test_reply_image_urls_go_as_photos_and_a_bad_one_is_skipped(
             assert (await settle(tg, ch, ["cat?"]))["cat?"] == "answered"
         assert [f.filename for f in tg.uploads(USER)] == ["https://images.example/cat.jpg"]
         assert len(tg.calls("sendPhoto")) == 2 and len(tg.sent_texts(USER)) == 1
+
+
+def test_a_chat_gets_only_the_files_its_own_tool_results_named(tmp_path: Path) -> None:
+    from gantry.outbox import offered_ids
+
+    box = Outbox(tmp_path / "outbox")
+    b64 = base64.b64encode(PNG).decode()
+    ident = box.keep(b64, "image/png", "")
+    assert ident is not None
+    turn = _turn([("a", json.dumps({"id": ident}), "will be sent")])
+    assert turn_attachments(turn, box, offered_ids(turn)) == []  # another chat's file
+    placeholder = convert.result_text(
+        [SimpleNamespace(type="image", data=b64, mime_type="image/png")], None, False, box.keep)
+    mine = [*turn[:1], ToolMessage(tool_call_id="x", content=placeholder), *turn[1:]]
+    assert offered_ids(mine) == {ident}
+    assert [f.name for f in turn_attachments(turn, box, offered_ids(mine))] == ["image.png"]

@@ -1,0 +1,1 @@
+-- local test placeholder (not committed): the real 0010 comes from another branch
