@@ -111,3 +111,29 @@ def test_the_static_fixtures_image_reaches_sendphoto(  # type: ignore[no-untyped
     assert photo.method == "sendPhoto" and photo.data == png
     assert tg.wait_sent_sync(USER, 1, timeout=30) == ["Sent."]
     assert g.stop() == 0
+
+
+def test_a_photo_to_a_model_without_vision_is_answered_once_told_once(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run  # noqa: F811
+) -> None:
+    """OpenAI's 400 for image input: the turn is retried once without the image, the user
+    is told once; the next text turn and the next photo work with no refusal in between."""
+    from gantry.vision import NO_VISION_NOTICE
+    from tests.fakes.media_samples import jpeg
+    from tests.fakes.openai import has_image
+
+    tg, llm = fakes
+    llm.no_vision = "openai"
+    g = run()
+    tg.push_photo(USER, jpeg(20_000), caption="what is this")
+    (first,) = tg.wait_sent_sync(USER, 1, timeout=120)
+    assert first.startswith(NO_VISION_NOTICE) and first.endswith("what is this")
+    assert [has_image(r.body) for r in llm.requests] == [True, False]
+    tg.push_text(USER, "thanks")
+    assert tg.wait_sent_sync(USER, 2, timeout=60)[1] == "echo: thanks"
+    assert not has_image(llm.last_request.body) and len(llm.requests) == 3
+    tg.push_photo(USER, jpeg(20_000), caption="and this")
+    third = tg.wait_sent_sync(USER, 3, timeout=60)[2]
+    assert not third.startswith(NO_VISION_NOTICE) and third.endswith("and this")
+    assert [has_image(r.body) for r in llm.requests[3:]] == [True, False]
+    assert g.stop() == 0
