@@ -1,1 +1,0 @@
--- local test placeholder (not committed): the real 0009 comes from another branch
