@@ -77,14 +77,18 @@ class Outbox:
             return None
         ident = hashlib.sha256(data).hexdigest()[:12]
         folder = self.root / ident
-        target = folder / safe_name(name, mime)
         try:
-            if not (target.exists() and target.stat().st_size == len(data)):
-                folder.mkdir(parents=True, exist_ok=True)
-                tmp = folder / f".{target.name}.{os.getpid()}.tmp"
-                tmp.write_bytes(data)
-                os.replace(tmp, target)  # a reader never sees half a file
+            if self.find(ident) is not None:  # kept before (under its first name)
+                os.utime(folder)  # kept a week from now: prune goes by the folder's time
+                return ident
+            folder.mkdir(parents=True, exist_ok=True)
+            for old in folder.iterdir():  # a half-kept earlier attempt
+                old.unlink()
+            target = folder / safe_name(name, mime)
+            tmp = folder / f".{target.name}.{os.getpid()}.tmp"
+            tmp.write_bytes(data)
             (folder / ".mime").write_text(mime, encoding="utf-8")
+            os.replace(tmp, target)  # last: a folder with its file is complete
         except OSError as exc:
             log.warning("tool file not kept: could not write it",
                         extra={"error": f"{type(exc).__name__}: {exc}"})

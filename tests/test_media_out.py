@@ -68,6 +68,7 @@ def test_outbox_keeps_bytes_content_addressed_and_finds_them(tmp_path: Path) -> 
     b64 = base64.b64encode(PNG).decode()
     ident = box.keep(b64, "image/png", "")
     assert ident is not None and box.keep(b64, "image/png", "") == ident  # same bytes, one file
+    assert box.keep(b64, "image/png", "other.png") == ident  # under its first name
     found = box.find(ident)
     assert found is not None and found.photo and found.mime == "image/png"
     assert Path(found.path).read_bytes() == PNG and found.name == "image.png"
