@@ -192,6 +192,7 @@ async def test_a_photo_telegram_refuses_goes_as_a_document(tmp_path: Path,
             files = await tg.wait_uploads(USER, 1, timeout=20)
             assert (await settle(tg, ch, ["show me"]))["show me"] == "answered"
         assert [(f.method, f.data) for f in files] == [("sendDocument", PNG)]
+        assert tg.sent_texts(USER) == []  # files alone: no "(empty reply)" text
 
 
 @pytest.mark.anyio

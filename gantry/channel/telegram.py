@@ -161,10 +161,12 @@ def parts_for(reply: str) -> list[Rendered]:
     return parts or [Rendered(reply.strip() or "(empty reply)", [])]
 
 
-def extras_for(reply: Reply) -> list[Attachment | str]:
-    """What goes after a reply's text parts, each one more part: its attachments, then the
-    https images its Markdown shows (sent by URL)."""
-    return [*reply.attachments, *image_urls(reply.text)]
+def delivery_parts(reply: Reply) -> tuple[list[Rendered], list[Attachment | str]]:
+    """A stored reply's parts: its text's messages, then (each one more part) its
+    attachments and the https images its Markdown shows (sent by URL). A reply of files
+    alone sends no "(empty reply)" text."""
+    extras: list[Attachment | str] = [*reply.attachments, *image_urls(reply.text)]
+    return (parts_for(reply.text) if reply.text.strip() or not extras else []), extras
 
 
 class Backoff:
@@ -663,9 +665,7 @@ class TelegramChannel:
         reply's attachments, each one more part; raises what Telegram raised (the worker
         judges whether it is transient or final)."""
         assert row.reply is not None
-        reply = unpack(row.reply)
-        parts = parts_for(reply.text)
-        extras = extras_for(reply)
+        parts, extras = delivery_parts(unpack(row.reply))
         total = len(parts) + len(extras)
         for i in range(row.sent_parts, total):
             if i >= len(parts):
@@ -790,9 +790,7 @@ class TelegramChannel:
         if not self.can_push(chat_id):
             raise PermissionError(f"chat {chat_id} is not in TELEGRAM_ALLOWED_USERS")
         chat = int(chat_id)
-        reply = unpack(text)
-        parts = parts_for(reply.text)
-        extras = extras_for(reply)
+        parts, extras = delivery_parts(unpack(text))
         total = len(parts) + len(extras)
         for i in range(sent, total):
             if i < len(parts):
