@@ -133,3 +133,19 @@ def test_media_settings_are_checked_and_default_to_the_chat_models() -> None:
     text = str(err.value)
     assert "MEDIA_MAX_BYTES" in text and "LLM_TRANSCRIBE_BASE_URL" in text
     assert "sk-secret-transcribe" not in text
+
+
+@pytest.mark.anyio
+async def test_a_password_protected_pdf_is_kept_with_the_reason(tmp_path: Path) -> None:
+    import io
+
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(pdf("secret plans"))))
+    writer.encrypt("hunter2", algorithm="RC4-128")
+    locked = tmp_path / "locked.pdf"
+    with open(locked, "wb") as out:
+        writer.write(out)
+    built = await MediaReader(str(tmp_path / "d"), 1_000_000).read(
+        [Media(kind="document", ref=str(locked), key="k", name="locked.pdf")], _copy)
+    assert "protected by a password" in built.blocks[0] and "secret" not in built.blocks[0]
