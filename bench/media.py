@@ -59,12 +59,12 @@ def _media_json(kind: str, file_id: str, unique: str, size: int, name: str, mime
 
 
 def _telegram_media(api: str, data_dir: str, cap: int) -> Any:
-    from aiogram import Bot
+    from gantry.channel.telegram_media import TelegramMedia  # first: aiogram's lazy models
+    from gantry.media import MediaReader
+
+    from aiogram import Bot  # isort: skip
     from aiogram.client.session.aiohttp import AiohttpSession
     from aiogram.client.telegram import TelegramAPIServer
-
-    from gantry.channel.telegram_media import TelegramMedia
-    from gantry.media import MediaReader
 
     bot = Bot(TOKEN, session=AiohttpSession(api=TelegramAPIServer.from_base(api)))
     return bot, TelegramMedia(bot, MediaReader(data_dir, cap))
