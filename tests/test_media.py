@@ -114,3 +114,38 @@ async def test_transcriber_errors(tmp_path: Path) -> None:
                 await t(audio, "a.ogg", "audio/ogg")
         finally:
             await t.aclose()
+
+
+def test_media_settings_are_checked_and_default_to_the_chat_models() -> None:
+    from gantry import config
+    from gantry.media.build import reader_for
+
+    base = {"LLM_BASE_URL": "https://llm.example/v1", "LLM_API_KEY": "sk-chat-key-123",
+            "LLM_MODEL": "m", "CHANNEL": "stdio", "DATA_DIR": "/tmp/d"}
+    cfg = config.load({**base, "LLM_TRANSCRIBE_MODEL": "whisper-1"})
+    reader = reader_for(cfg)
+    assert reader.max_bytes == 20_000_000 and reader.transcriber is not None
+    assert reader.transcriber.url == "https://llm.example/v1/audio/transcriptions"
+    assert reader_for(config.load(base)).transcriber is None
+    with pytest.raises(config.ConfigError) as err:
+        config.load({**base, "MEDIA_MAX_BYTES": "10", "LLM_TRANSCRIBE_BASE_URL": "ftp://x",
+                     "LLM_TRANSCRIBE_API_KEY": "sk-secret-transcribe"})
+    text = str(err.value)
+    assert "MEDIA_MAX_BYTES" in text and "LLM_TRANSCRIBE_BASE_URL" in text
+    assert "sk-secret-transcribe" not in text
+
+
+@pytest.mark.anyio
+async def test_a_password_protected_pdf_is_kept_with_the_reason(tmp_path: Path) -> None:
+    import io
+
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(pdf("secret plans"))))
+    writer.encrypt("hunter2", algorithm="RC4-128")
+    locked = tmp_path / "locked.pdf"
+    with open(locked, "wb") as out:
+        writer.write(out)
+    built = await MediaReader(str(tmp_path / "d"), 1_000_000).read(
+        [Media(kind="document", ref=str(locked), key="k", name="locked.pdf")], _copy)
+    assert "protected by a password" in built.blocks[0] and "secret" not in built.blocks[0]

@@ -56,7 +56,7 @@ async def test_attach_an_image_and_a_pdf(tmp_path: Path) -> None:
         first, second = fake.requests
     assert first.image_urls == ["data:image/jpeg;base64," + base64.b64encode(photo).decode()]
     assert first.last_user_text == "[image: cat.jpg, 8 KB]\n\nwhat animal is this?"
-    assert second.last_user_text.startswith("[document: my scan.pdf, PDF, 1 pages]\n```\n")
+    assert second.last_user_text.startswith("[document: my scan.pdf, PDF, 1 page]\n```\n")
     assert "Lease ends 2027-03-31" in second.last_user_text
     assert second.last_user_text.endswith("when does it end?")
     assert out.count("echo: ") == 2

@@ -240,3 +240,18 @@ def states(ch: TelegramChannel) -> list[str]:
     rows: Any = ch.store.conn.execute(  # type: ignore[attr-defined]
         "SELECT state FROM telegram_update ORDER BY update_id")
     return [str(s) for (s,) in rows]
+
+
+async def test_a_transcription_service_down_is_said_once_and_calls_no_model(
+    tmp_path: Path,
+) -> None:
+    async with bot(tmp_path) as b:
+        b.llm.transcribe_status = 503  # type: ignore[attr-defined]
+        b.tg.push_voice(USER, ogg())
+        (reply,) = await b.replies()
+        assert "could not be transcribed (the service answered HTTP 503)" in reply
+        assert b.llm.requests == [] and len(b.llm.transcriptions) == 1
+        b.llm.transcribe_status = 200  # type: ignore[attr-defined]
+        b.tg.push_voice(USER, ogg(seed=4))  # sent again: read this time
+        await b.replies(2)
+        assert b.llm.last_request.last_user_text.startswith("[voice message, 0:03")

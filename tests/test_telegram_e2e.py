@@ -186,7 +186,9 @@ def test_long_reply_is_split(fakes: tuple[FakeTelegram, FakeOpenAI], run) -> Non
     g.stop()
 
 
-def test_unknown_kind_gets_short_reply_and_a_sticker_is_described(fakes: tuple[FakeTelegram, FakeOpenAI], run) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_kind_gets_short_reply_and_a_sticker_is_described(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run
+) -> None:
     tg, llm = fakes
     g = run()
     tg.push_update({"message": tg.message(USER, story={"chat": {"id": 1, "type": "channel"},

@@ -528,7 +528,7 @@ class TelegramChannel:
             self.store.set_reply(row.update_id, FAILED_REPLY, error=f"the turn {why}")
             return True
         try:
-            read = await self.media.read(row)  # downloads: not shielded (redone next start)
+            read = await self._read_media(row)  # not shielded: redone at the next start
         except anyio.get_cancelled_exc_class():
             self.store.undo_attempt(row.update_id)
             raise
@@ -615,6 +615,26 @@ class TelegramChannel:
         limit = anyio.current_time() + DELIVERY_GRACE
         for scope in self._deliveries:
             scope.deadline = min(scope.deadline, limit)
+
+    async def _read_media(self, row: Pending) -> tuple[str, tuple[ImagePart, ...]]:
+        """The turn's text and images (gantry.media), with the typing indicator on while
+        files download and voice is transcribed (seconds, for a long voice note)."""
+        if row.media == "[]":
+            return row.text, ()
+        result: tuple[str, tuple[ImagePart, ...]] | None = None
+        error: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._typing, row.chat_id)
+            try:
+                result = await self.media.read(row)
+            except Exception as exc:  # raised here, not through the task group
+                error = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if error is not None:
+            raise error
+        assert result is not None
+        return result
 
     async def _answer(self, row: Pending, text: str, images: tuple[ImagePart, ...]) -> str:
         assert self._respond is not None

@@ -10,6 +10,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+import gantry.channel.aiogram_lazy  # noqa: F401  # isort: skip  (before aiogram: lazy models)
 from aiogram.exceptions import TelegramBadRequest
 
 from gantry.channel.telegram_store import Pending, TelegramStore

@@ -123,7 +123,8 @@ class MediaReader:
             if not text.strip():
                 return convert.describe_kept(item, path, size, "the PDF has no text layer "
                                              "(scanned?)"), None, True
-            return convert.fenced(name, text, cut, f", PDF, {pages} pages"), None, False
+            count = f"{pages} page" + ("" if pages == 1 else "s")
+            return convert.fenced(name, text, cut, f", PDF, {count}"), None, False
         if convert.is_text_like(item):
             read = convert.read_text(path)
             if read is not None:

@@ -89,9 +89,13 @@ def fenced(name: str, text: str, cut: bool, note: str = "") -> str:
     return f"{head}\n{fence}\n{text.rstrip()}\n{fence}{tail}"
 
 
+class PdfUnreadable(ValueError):
+    """A PDF whose text cannot be had; the message says why, for the file's description."""
+
+
 def pdf_text(path: Path, max_chars: int = TEXT_MAX_CHARS) -> tuple[str, bool, int]:
     """(text, cut, pages) of a PDF through pypdf, page by page until the cap. Raises
-    ValueError for a PDF pypdf cannot open or that is encrypted with a password."""
+    PdfUnreadable for a PDF pypdf cannot open or that is encrypted with a password."""
     from pypdf import PdfReader
     from pypdf.errors import PdfReadError
 
@@ -100,7 +104,7 @@ def pdf_text(path: Path, max_chars: int = TEXT_MAX_CHARS) -> tuple[str, bool, in
         with open(path, "rb") as src:  # read as needed, not loaded whole (pypdf does, given a path)
             reader = PdfReader(src)
             if reader.is_encrypted and not reader.decrypt(""):
-                raise ValueError("the PDF is protected by a password")
+                raise PdfUnreadable("the PDF is protected by a password")
             pages = len(reader.pages)
             size = 0
             for page in reader.pages:
@@ -109,9 +113,13 @@ def pdf_text(path: Path, max_chars: int = TEXT_MAX_CHARS) -> tuple[str, bool, in
                 size += len(text) + 2
                 if size > max_chars:
                     break
-    except (PdfReadError, NotImplementedError, KeyError, TypeError, OSError) as exc:
-        # pypdf raises these for damaged files or encryption it cannot undo
-        raise ValueError(f"pypdf could not read it ({type(exc).__name__})") from None
+    except PdfUnreadable:
+        raise
+    except PdfReadError as exc:
+        raise PdfUnreadable(f"pypdf could not read it ({type(exc).__name__})") from None
+    except Exception as exc:  # a damaged file fails in many ways; AES without its library
+        log.info("pypdf failed on a PDF", extra={"error": f"{type(exc).__name__}: {exc}"[:300]})
+        raise PdfUnreadable(f"pypdf could not read it ({type(exc).__name__})") from None
     joined = "\n\n".join(t.strip() for t in out if t.strip())
     cut = len(joined) > max_chars
     return joined[:max_chars], cut, pages

@@ -24,9 +24,14 @@ UNSET_REPLY = (
 )
 
 
-class TranscribeUnavailable(ConnectionError):
-    """The service failed in a way worth retrying (network, 5xx); the message says how,
-    without the key or the service's own text."""
+class TranscribeUnavailable(MediaError):
+    """The service is down or unreachable (network, 5xx, 429). Like a failed model call, the
+    user is told at once (the message says how, without the key or the service's text) and
+    may send the message again; it is not retried behind their back."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__(f"Sorry — the voice message could not be transcribed ({how}). "
+                         "Please send it again in a moment.")
 
 
 class Transcriber:
@@ -47,8 +52,8 @@ class Transcriber:
         self._http: httpx.AsyncClient | None = None
 
     async def __call__(self, path: Path, name: str, mime: str) -> str:
-        """The transcript; MediaError when the service refuses this file (4xx: the user is
-        told), TranscribeUnavailable when it is down (the turn is retried later)."""
+        """The transcript; MediaError (TranscribeUnavailable when the service is down) with
+        the reply for the user otherwise."""
         if self._http is None:
             self._http = httpx.AsyncClient(**self._args)
         try:
@@ -57,11 +62,12 @@ class Transcriber:
                     self.url, data={"model": self.model, "response_format": "json"},
                     files={"file": (name, audio, mime or "application/octet-stream")})
         except httpx.HTTPError as exc:
-            raise TranscribeUnavailable(f"transcription request failed ({type(exc).__name__})"
+            log.warning("transcription request failed", extra={"error": type(exc).__name__})
+            raise TranscribeUnavailable(f"the service was not reachable: {type(exc).__name__}"
                                         ) from None
         if response.status_code >= 500 or response.status_code == 429:
-            raise TranscribeUnavailable(f"transcription service answered HTTP "
-                                        f"{response.status_code}")
+            log.warning("transcription failed", extra={"status": response.status_code})
+            raise TranscribeUnavailable(f"the service answered HTTP {response.status_code}")
         if response.status_code >= 400:
             log.warning("transcription refused", extra={"status": response.status_code,
                                                         "error": response.text[:300]})
@@ -73,7 +79,7 @@ class Transcriber:
         except (ValueError, KeyError):
             text = None
         if not isinstance(text, str):
-            raise TranscribeUnavailable("transcription service sent no text")
+            raise TranscribeUnavailable("the service sent no text")
         return text.strip()
 
     async def aclose(self) -> None:
