@@ -75,7 +75,7 @@ BYTECODE_PACKAGES = ("aiogram", "mcp_types", "typing_extensions", "attr", "attrs
                      "yarl", "multidict", "anyio", "aiohttp", "telegramify_markdown", "cronsim",
                      "pydantic", "pydantic_core", "annotated_types", "typing_inspection",
                      "aiohappyeyeballs", "propcache", "frozenlist", "aiosignal", "pyromark",
-                     "msgspec", "gantry")
+                     "msgspec", "pypdf", "gantry")
 
 
 def _is_elf(path: str) -> bool:

@@ -24,6 +24,7 @@ from gantry.salvage import StreamGate, parse_arguments, printed_calls, split_rea
 from gantry.session import (
     SessionStore,
     collapse_tool_results,
+    current_turn_start,
     est_tokens,
     history_tokens,
     plan_trim,
@@ -32,10 +33,18 @@ from gantry.session import (
 )
 from gantry.tools import CALLER, Registry, offered
 from gantry.turns import tool_call
+from gantry.vision import (
+    EARLIER,
+    NO_VISION_NOTICE,
+    has_images,
+    rejects_images,
+    without_images,
+)
 from gantry.wire.openai import (
     AssistantMessage,
     Completion,
     FunctionCall,
+    ImagePart,
     Message,
     SystemMessage,
     ToolCall,
@@ -44,6 +53,7 @@ from gantry.wire.openai import (
     UserMessage,
     encode,
     new_call_id,
+    user_content,
 )
 
 log = logging.getLogger("gantry.agent")
@@ -139,7 +149,7 @@ ROUTING_CONTEXT_TURNS = 2  # earlier user messages ranked with the current one
 
 def _earlier_user_texts(history: Sequence[Message], count: int) -> list[str]:
     """The `count` user messages before the newest one, newest first (for tool routing)."""
-    texts = [m.content for m in history if isinstance(m, UserMessage)]
+    texts = [m.text for m in history if isinstance(m, UserMessage)]
     return texts[-count - 1 : -1][::-1]
 
 
@@ -158,6 +168,7 @@ class Agent:
     status_lines: list[Callable[[str], str]] = field(default_factory=list)  # cron
     # memory: the owner's private data, left out of a group chat's /status
     private_status_lines: list[Callable[[str], str]] = field(default_factory=list)
+    outbox: Any = None  # gantry.outbox.Outbox: files tools returned, for send_attachment
     zone: tzinfo = UTC  # the user's zone (CRON_TZ): the time footer of every turn is in it
     clock: Callable[[], float] = time.time  # wall time for the footer (tests fix it)
     started: float = field(default_factory=time.monotonic)
@@ -213,7 +224,8 @@ class Agent:
                 return unknown
             due = msg.scheduled_for if msg.scheduled else None
             return await self._turn(msg.session_id, msg.text, stream, shared=msg.group,
-                                    on_answer=msg.on_answer, scheduled_for=due)
+                                    on_answer=msg.on_answer, scheduled_for=due,
+                                    images=msg.images)
         except TurnFailed as exc:
             if msg.scheduled:
                 raise
@@ -269,18 +281,20 @@ class Agent:
     async def _turn(
         self, session_id: str, text: str, stream: ReplyStream | None, *, shared: bool = False,
         on_answer: Callable[[str], None] | None = None, scheduled_for: float | None = None,
+        images: Sequence[ImagePart] = (),
     ) -> str:
         """One turn; `shared` (a group chat, read by others) leaves long-term memory out of
         the prompt and its tools out of the offer, and refuses them if called anyway.
 
         `on_answer` (the channel's record of the reply) commits with the final answer;
         `scheduled_for` (unix seconds) marks a turn the scheduler started, due then.
+        `images` go with `text` as content parts of the user message.
         """
         from gantry.provider import ProviderError
 
         started = time.monotonic()
         _ids, history = self.sessions.load(session_id)
-        user = UserMessage(text)
+        user = UserMessage(user_content(text, images))
         resumed = resume_point(history, user)
         if resumed is None:  # a retried turn (restart) is recorded once
             self.sessions.append(session_id, [user])  # recorded first: never lost
@@ -301,6 +315,8 @@ class Agent:
         used: list[str] = []
         names: list[str] = []  # the tools offered to the latest call that had any
         last_text = ""  # the newest text that came with a tool round (promoted if need be)
+        blind = False  # the model refused this turn's images: they go as descriptions
+        messages: list[Message] = []
         try:
             if pending:  # a kill -9 cut the last recorded round: finish only what did not
                 results = await self._run_calls(session_id, pending, shared)
@@ -326,7 +342,17 @@ class Agent:
                 schemas = None if capped else self._offer(session_id, texts, shared)
                 if schemas:
                     names = [s.function.name for s in schemas]
-                completion = await self._call(prompt.messages, schemas, stream, names)
+                messages = without_images(prompt.messages) if blind else prompt.messages
+                try:
+                    completion = await self._call(messages, schemas, stream, names)
+                except ProviderError as exc:
+                    if blind or not has_images(messages) or not rejects_images(exc.message):
+                        raise
+                    blind = True  # for the rest of the turn; later turns send no old image
+                    log.warning("the model refused image input; retrying with descriptions",
+                                extra={"session": session_id, "status": exc.status})
+                    messages = without_images(prompt.messages)
+                    completion = await self._call(messages, schemas, stream, names)
                 if capped or not completion.tool_calls:
                     final = completion.text.strip()
                     break
@@ -342,7 +368,7 @@ class Agent:
                 if self.router is not None:
                     self.router.used(session_id, [c.function.name for c in completion.tool_calls])
             if not final:
-                final = await self._no_text(session_id, prompt.messages, names, last_text)
+                final = await self._no_text(session_id, messages, names, last_text)
         except ProviderError as exc:
             self._end_routing(session_id)
             log.error(
@@ -354,11 +380,15 @@ class Agent:
             reason = f"model call failed ({shown})"  # the provider's text stays in the log
             raise TurnFailed(reason, model_failed_reply(exc.status)) from None
         self._end_routing(session_id)
+        if blind and not any(isinstance(m, AssistantMessage) and (m.content or "").startswith(
+                NO_VISION_NOTICE) for m in history):  # told once per conversation
+            final = f"{NO_VISION_NOTICE}\n\n{final}"
         new.append(AssistantMessage(content=final))
+        reply = self._with_attachments(final, history)
         with self.sessions.atomic():  # answer and the channel's reply: both or neither
             self.sessions.append(session_id, new)
             if on_answer is not None:
-                on_answer(final)
+                on_answer(reply)
         log.info(
             "turn done",
             extra={
@@ -370,7 +400,19 @@ class Agent:
             },
         )
         self.request_fold(session_id)  # after the reply, in the background: never delays it
-        return final
+        return reply
+
+    def _with_attachments(self, final: str, history: list[Message]) -> str:
+        """The reply as the channel stores it: the text, plus the files this turn's
+        send_attachment calls asked for (read from the recorded turn: see gantry.outbox)."""
+        if self.outbox is None:
+            return final
+        from gantry.channel.reply import pack
+        from gantry.outbox import offered_ids, turn_attachments
+
+        turn = history[current_turn_start(history):]
+        found = turn_attachments(turn, self.outbox, offered_ids(history))
+        return pack(final, found) if found else final
 
     def _offer(self, session_id: str, texts: list[str], shared: bool) -> list[ToolDef] | None:
         """The tools for the next model call: every one, or the routed few for big catalogs
@@ -552,12 +594,14 @@ class Agent:
         if count <= self.max_messages and est_tokens(chars) + overhead <= self.max_tokens:
             return  # cheap check first: raw size under the caps means nothing to fold
         ids, history = self.sessions.load(session_id)
+        # as later prompts carry it: answered turns' images are one line each (gantry.vision)
+        seen = collapse_tool_results(without_images(history, EARLIER))
         if len(history) <= self.max_messages and (
-            history_tokens(collapse_tool_results(history)) + overhead <= self.max_tokens
+            history_tokens(seen) + overhead <= self.max_tokens
         ):
             return
         plan = plan_trim(
-            collapse_tool_results(history),
+            seen,
             max(2, int(self.max_messages * FOLD_TARGET)),
             max(0, int((self.max_tokens - overhead) * FOLD_TARGET)),
         )

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-SECRETS = ("LLM_API_KEY", "TELEGRAM_BOT_TOKEN")
+SECRETS = ("LLM_API_KEY", "TELEGRAM_BOT_TOKEN", "LLM_TRANSCRIBE_API_KEY")
 CHANNELS = ("telegram", "stdio")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 TELEGRAM_GROUP_MODES = ("off", "mention")
@@ -66,6 +66,10 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     elicitation_timeout_seconds: int = 300
     log_level: str = "info"
     log_format: str = "auto"
+    media_max_bytes: int = 20_000_000  # Telegram's bot download limit (20 MB)
+    llm_transcribe_model: str = ""  # set: voice notes and audio are transcribed (gantry.media)
+    llm_transcribe_base_url: str = ""  # default: LLM_BASE_URL
+    llm_transcribe_api_key: str = ""  # default: LLM_API_KEY
 
     @property
     def tools_always_list(self) -> tuple[str, ...]:
@@ -91,6 +95,7 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "elicitation_timeout_seconds": (10, 86_400),
     "watch_max": (0, 1_000),
     "watch_min_interval_seconds": (1, 3_600),
+    "media_max_bytes": (1_000, 2_000_000_000),
 }
 
 REQUIRED = ("llm_base_url", "llm_api_key", "llm_model")
@@ -223,6 +228,13 @@ def load(
         )
     elif url and _LOGIN.match(url):
         problems.append(URL_LOGIN_PROBLEM)
+
+    transcribe_url = values.get("llm_transcribe_base_url")
+    if transcribe_url and not re.match(r"https?://[^/\s]+", transcribe_url):
+        problems.append("LLM_TRANSCRIBE_BASE_URL must start with http:// or https://, got "
+                        f"{hide_login(transcribe_url)[:80]!r}")
+    elif transcribe_url and _LOGIN.match(transcribe_url):
+        problems.append(URL_LOGIN_PROBLEM.replace("LLM_BASE_URL", "LLM_TRANSCRIBE_BASE_URL", 1))
 
     channel = values.get("channel", "telegram")
     if channel not in CHANNELS:

@@ -16,7 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
 
-from gantry.session import collapse_tool_results, est_tokens, msg_chars, plan_trim
+from gantry.session import (
+    collapse_tool_results,
+    current_turn_start,
+    est_tokens,
+    msg_chars,
+    plan_trim,
+)
+from gantry.vision import collapse_old_images
 from gantry.wire.openai import Message, SystemMessage, UserMessage
 
 SUMMARY_HEADER = "[summary of earlier conversation]"
@@ -125,8 +132,9 @@ def assemble(
         for i in range(len(turn) - 1, -1, -1):
             m = turn[i]
             if isinstance(m, UserMessage):
-                turn[i] = UserMessage(m.content + footer, name=m.name)
+                turn[i] = m.with_text(m.text + footer)
                 break
+    turn = collapse_old_images(turn, current_turn_start(turn))  # gantry.vision
     collapsed = collapse_tool_results([*turn, *tail])
     plan = plan_trim(collapsed, max_messages, budget)
     kept = plan.apply(collapsed)

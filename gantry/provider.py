@@ -366,12 +366,16 @@ class Provider:
             raw = await response.aread()
         except httpx.HTTPError:
             raw = b""
+        from gantry.vision import rejects_images
+
         hint = _HINTS.get(status, "the provider failed; try again later" if status >= 500 else "")
+        message = _body_message(raw)
         return self._error(
-            _body_message(raw),
+            message,
             status=status,
             hint=hint,
-            retryable=status == 429 or status >= 500,
+            # llama.cpp refuses images with a 500: retrying the same request cannot help
+            retryable=(status == 429 or status >= 500) and not rejects_images(message),
             retry_after=_retry_after(response.headers),
         )
 

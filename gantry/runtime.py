@@ -14,6 +14,7 @@ import ssl
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -52,7 +53,8 @@ class PersonaHolder:
 
 
 def build_channel(
-    cfg: Config, conn: Any, ssl_context: ssl.SSLContext | None = None, agent: Any = None
+    cfg: Config, conn: Any, ssl_context: ssl.SSLContext | None = None, agent: Any = None,
+    media: Any = None,
 ) -> Any:
     """The configured channel; aiogram is imported only for CHANNEL=telegram."""
     if cfg.channel == "stdio":
@@ -64,7 +66,7 @@ def build_channel(
             return Intro(cfg.llm_model, len(agent.tools), count, summary)
 
         return StdioChannel(stream_replies=cfg.stream_replies,
-                            intro=intro if agent is not None else None)
+                            intro=intro if agent is not None else None, media=media)
     from gantry.channel.telegram import TelegramChannel
 
     return TelegramChannel(
@@ -75,6 +77,7 @@ def build_channel(
         groups=cfg.telegram_groups,
         stream_replies=cfg.stream_replies,
         ssl_context=ssl_context,
+        media=media,
     )
 
 
@@ -131,8 +134,11 @@ async def _drain(agent: Any, turns: Turns) -> None:
         turns.cancel_all()
 
 
-def load_mcp(cfg: Config, environ: Mapping[str, str], registry: Any) -> Any:
-    """The MCP host for the manifest's servers, or None (then `mcp` is never imported)."""
+def load_mcp(cfg: Config, environ: Mapping[str, str], registry: Any, outbox: Any = None) -> Any:
+    """The MCP host for the manifest's servers, or None (then `mcp` is never imported).
+    Binary tool results are kept in `outbox` (DATA_DIR/outbox by default) for the
+    `send_attachment` tool, registered beside the servers' tools unless the only server is
+    the memory backend's."""
     from gantry.mcp.manifest import ManifestError, load
 
     try:
@@ -144,9 +150,16 @@ def load_mcp(cfg: Config, environ: Mapping[str, str], registry: Any) -> Any:
     from gantry.mcp.elicitation import Elicitor
     from gantry.mcp.host import Host
     from gantry.mcp.tokens import oauth_hook
+    from gantry.outbox import Outbox, attachment_tool
 
-    return Host(specs, registry, environ, memory_only(cfg), auth=oauth_hook(specs, cfg.db_path),
-                elicitor=Elicitor(timeout=float(cfg.elicitation_timeout_seconds)))
+    if outbox is None:  # `gantry tools list`: the same offer, nothing is kept
+        outbox = Outbox(Path(cfg.data_dir) / "outbox")
+    hidden = memory_only(cfg)
+    if any(s.name not in hidden for s in specs):  # not only the memory backend's server
+        registry.register(attachment_tool(outbox))
+    return Host(specs, registry, environ, hidden, auth=oauth_hook(specs, cfg.db_path),
+                elicitor=Elicitor(timeout=float(cfg.elicitation_timeout_seconds)),
+                keep=outbox.keep)
 
 
 def memory_only(cfg: Config) -> dict[str, frozenset[str]]:
@@ -200,7 +213,11 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
         raise BootError(str(exc)) from None
     provider = Provider(cfg.llm_base_url, cfg.llm_api_key, cfg.llm_model, verify=tls)
     registry = Registry(result_max_chars=cfg.tool_result_max_chars)
-    mcp_host = load_mcp(cfg, os.environ if environ is None else environ, registry)
+    from gantry.outbox import Outbox
+
+    outbox = Outbox(Path(cfg.data_dir) / "outbox")
+    outbox.prune()  # kept tool files older than a week
+    mcp_host = load_mcp(cfg, os.environ if environ is None else environ, registry, outbox)
     agent = Agent(
         model=provider,
         sessions=SessionStore(conn),
@@ -212,8 +229,12 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
         tool_status=mcp_host.status_lines if mcp_host else None,
         router=build_router(cfg, registry, mcp_host),
         zone=user_zone(cfg.cron_tz),
+        outbox=outbox,
     )
-    channel = build_channel(cfg, conn, tls, agent)
+    from gantry.media.build import reader_for
+
+    media = reader_for(cfg, tls)
+    channel = build_channel(cfg, conn, tls, agent, media)
     if mcp_host is not None:
         mcp_host.elicitor.attach(channel)  # servers' questions are asked through it
     turns = Turns(settle=agent.sessions.settle_stopped)
@@ -264,6 +285,7 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
             log.info("mcp tool telemetry", extra={"tools": mcp_host.telemetry()})
         with anyio.CancelScope(shield=True):
             await provider.aclose()
+            await media.aclose()
         _mark_stopped(conn)
         conn.close()
         log.info("gantry stopped")
@@ -326,7 +348,9 @@ def main(env_file: str | None) -> int:
         return 1
     redactor = logsetup.setup(
         log_level(cfg, environ, sys.stderr),
-        [cfg.llm_api_key, cfg.telegram_bot_token, *logsetup.url_secrets(cfg.llm_base_url)],
+        [cfg.llm_api_key, cfg.telegram_bot_token, cfg.llm_transcribe_api_key,
+         *logsetup.url_secrets(cfg.llm_base_url),
+         *logsetup.url_secrets(cfg.llm_transcribe_base_url)],
         fmt=cfg.log_format,
     )
     from gantry.db import DatabaseError

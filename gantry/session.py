@@ -30,8 +30,18 @@ STOPPED_ANSWER = "(the user stopped this turn before it was answered)"
 ends like any other (so the next message is not taken for a retry of it)."""
 
 
+IMAGE_TOKENS_EST = 800
+"""What one image is counted as against HISTORY_MAX_TOKENS (est.): about what OpenAI bills a
+photo of Telegram's usual size (1280 px) at high detail. Providers differ; it is a label,
+not a measurement."""
+IMAGE_CHARS = IMAGE_TOKENS_EST * 4  # in the chars/4 currency of the estimate
+
+
 def msg_chars(m: Message) -> int:
-    """Characters the model reads for a message: content plus tool-call names and arguments."""
+    """Characters the model reads for a message: content plus tool-call names and arguments;
+    an image counts as IMAGE_CHARS (its base64 is never counted, nor shown)."""
+    if isinstance(m, UserMessage):
+        return len(m.text) + IMAGE_CHARS * len(m.images)
     n = len(m.content or "")
     if isinstance(m, AssistantMessage):
         for call in m.tool_calls or ():
@@ -202,7 +212,8 @@ def render_for_summary(messages: Sequence[Message]) -> str:
     lines: list[str] = []
     for m in messages:
         if isinstance(m, UserMessage):
-            lines.append(f"User: {m.content}")
+            shown = "".join(f" [image {n}]" for n in range(1, len(m.images) + 1))
+            lines.append(f"User: {m.text}{shown}")
         elif isinstance(m, AssistantMessage):
             if m.content:
                 lines.append(f"Assistant: {m.content}")
@@ -288,14 +299,15 @@ class SessionStore:
         return True
 
     def settle_stopped(self, session_id: str, text: str) -> bool:
-        """Close the stopped turn that `text` began, if the history holds it open: its calls
+        """Close the stopped turn that `text` began (its text: a message with images is
+        matched by its text parts), if the history holds it open: its calls
         without a result get one saying so (the model never sees a call unanswered), then
         STOPPED_ANSWER ends the turn. One transaction; False if there was nothing to close
         (stopped before its message was recorded)."""
         _ids, history = self.load(session_id)
         tail = history[current_turn_start(history):]
         users = [m for m in tail if isinstance(m, UserMessage)]
-        if not users or users[-1] != UserMessage(text):
+        if not users or users[-1].text != text:
             return False
         closing: list[Message] = [ToolMessage(tool_call_id=c.id, content=STOPPED_RESULT)
                                   for c in unanswered_calls(history)]

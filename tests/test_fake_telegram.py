@@ -298,6 +298,8 @@ async def test_unknown_method_json_body_and_multipart() -> None:
         assert params["entities"] == entities and params["extra"] == {
             "filename": "a.bin",
             "size": 5,
+            "data": b"bytes",  # kept for sendPhoto / sendDocument (media out)
+            "content_type": "application/octet-stream",
         }
         assert tg.sent_texts(7) == ["hi", "multi"]
 

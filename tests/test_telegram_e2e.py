@@ -187,15 +187,21 @@ def test_long_reply_is_split(fakes: tuple[FakeTelegram, FakeOpenAI], run) -> Non
     g.stop()
 
 
-def test_non_text_update_gets_short_reply(fakes: tuple[FakeTelegram, FakeOpenAI], run) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_kind_gets_short_reply_and_a_sticker_is_described(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run
+) -> None:
     tg, llm = fakes
     g = run()
-    tg.push_update({"message": tg.message(USER, photo=[{"file_id": "x", "file_unique_id": "y",
-                                                         "width": 1, "height": 1}])})
+    tg.push_update({"message": tg.message(USER, story={"chat": {"id": 1, "type": "channel"},
+                                                       "id": 3})})
+    tg.push_update({"message": tg.message(USER, sticker={
+        "file_id": "s", "file_unique_id": "su", "type": "regular", "width": 512, "height": 512,
+        "is_animated": False, "is_video": False, "emoji": "🙂"})})
     tg.push_text(USER, "and text")
-    texts = tg.wait_sent_sync(USER, 2, timeout=90)
-    assert texts == ["I can only read text messages for now.", "echo: and text"]
-    assert len(llm.requests) == 1
+    texts = tg.wait_sent_sync(USER, 3, timeout=90)
+    assert texts == ["I cannot read this kind of message.", "echo: [sticker 🙂]",
+                     "echo: and text"]
+    assert len(llm.requests) == 2
     g.stop()
 
 
@@ -575,3 +581,85 @@ def test_slash_stop_ends_a_30_s_model_call_and_the_next_message_is_answered(  # 
         "Nothing to stop: no reply is being written.")
     assert len(llm.requests) == 2 and g2.stop() == 0
     assert len(tg.sent(USER)) == 3
+
+
+# ----------------------------------------------------------------------------- media, kill -9
+
+
+def user_texts(data_dir: str) -> list[str]:
+    """The text of every user message in the history (content parts or a plain string)."""
+    from gantry.wire.openai import UserMessage, decode_messages
+
+    conn = apsw.Connection(f"{data_dir}/gantry.db", flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        rows = conn.execute("SELECT body FROM session_message WHERE role = 'user'")
+        bodies = [str(body) for (body,) in rows]
+    finally:
+        conn.close()
+    msgs = decode_messages("[" + ",".join(bodies) + "]")
+    return [m.text for m in msgs if isinstance(m, UserMessage)]
+
+
+def test_kill_during_a_photo_turn_then_restart_answers_once_with_the_photo(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run
+) -> None:
+    """A kill -9 while the model reads a photo: the restart downloads it again from its
+    stored file id and answers once; the history holds the message once."""
+    import base64
+
+    from tests.fakes.media_samples import jpeg
+
+    tg, llm = fakes
+    photo = jpeg(50_000)
+    url = "data:image/jpeg;base64," + base64.b64encode(photo).decode()
+    llm.default = Echo(delay=60)
+    g = run()
+    tg.push_photo(USER, photo, caption="what is this")
+    wait(lambda: llm.requests, 90, "the model request")
+    assert llm.requests[0].image_urls == [url]
+    g.stop(signal.SIGKILL)
+    llm.default = Echo()
+    g2 = run()
+    (reply,) = tg.wait_sent_sync(USER, 1, timeout=90)
+    assert reply.startswith("echo: [photo: 1280×960") and reply.endswith("what is this")
+    assert llm.last_request.image_urls == [url]
+    assert len(tg.downloads) == 2  # downloaded again: nothing had to survive the kill
+    wait(lambda: answered(g2.env["DATA_DIR"]) == 1, 30, "the answered record")
+    assert len(user_texts(g2.env["DATA_DIR"])) == 1
+    assert not list((Path(g2.env["DATA_DIR"]) / "media").iterdir())
+    assert g2.stop() == 0
+    no_secrets(g2)
+    assert tg.sent_texts(USER) == [reply]
+
+
+def test_kill_mid_download_and_mid_turn_of_a_voice_note_answers_once(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run
+) -> None:
+    """Two kills: one while the voice note downloads (a .part file is left), one while the
+    model answers its transcript. The third start transcribes it again and answers once."""
+    from tests.fakes.media_samples import ogg
+
+    tg, llm = fakes
+    llm.transcript = "buy oat milk"  # type: ignore[attr-defined]
+    tg.download_delay = 60.0  # type: ignore[attr-defined]  # the first download hangs
+    extra = {"LLM_TRANSCRIBE_MODEL": "whisper-1"}
+    g = run(**extra)
+    tg.push_voice(USER, ogg(300_000), duration=4)
+    wait(lambda: tg.downloads and tg.downloads[0].sent > 0, 90, "the download to start")
+    g.stop(signal.SIGKILL)
+    tg.download_delay = 0.0  # type: ignore[attr-defined]
+    llm.default = Echo(delay=60)
+    g = run(**extra)
+    wait(lambda: llm.requests, 90, "the model request")
+    g.stop(signal.SIGKILL)
+    llm.default = Echo()
+    g = run(**extra)
+    expected = "echo: [voice message, 0:04, transcribed]\nbuy oat milk"
+    assert tg.wait_sent_sync(USER, 1, timeout=90) == [expected]
+    wait(lambda: answered(g.env["DATA_DIR"]) == 1, 30, "the answered record")
+    assert len(llm.transcriptions) == 2  # type: ignore[attr-defined]
+    assert user_texts(g.env["DATA_DIR"]) == [expected.removeprefix("echo: ")]
+    assert not list((Path(g.env["DATA_DIR"]) / "media").iterdir())  # .part replaced, removed
+    assert g.stop() == 0
+    no_secrets(g)
+    assert tg.sent_texts(USER) == [expected]

@@ -190,13 +190,14 @@ def test_mention_mode_answers_only_when_addressed(  # type: ignore[no-untyped-de
     _push(tg, USER, SUPERGROUP, "supergroup", "and a follow-up", reply_to_message=reply_to)
     _push(tg, USER, GROUP, "group", "a basic group, unaddressed")
     _push(tg, USER, GROUP, "group", f"hi @{BOT}")
-    assert tg.wait_sent_sync(SUPERGROUP, 2, timeout=30)[1] == "echo: and a follow-up"
+    assert tg.wait_sent_sync(SUPERGROUP, 2, timeout=30)[1] == (  # the quote comes first
+        f"echo: [replying to your message: «echo: @{BOT} first question»]\n\nand a follow-up")
     assert tg.wait_sent_sync(GROUP, 1, timeout=30) == [f"echo: hi @{BOT}"]
     wait(lambda: tg.pending_updates == 0, 10, "every update confirmed")
     time.sleep(0.5)
     assert len(tg.sent(SUPERGROUP)) == 2 and len(tg.sent(GROUP)) == 1
     assert tg.sent(CHANNEL) == [] and tg.sent(STRANGER) == []
-    asked = sorted(r.last_user_text for r in llm.requests)
+    asked = sorted(r.last_user_text.rpartition("\n\n")[2] for r in llm.requests)
     assert asked == sorted([f"@{BOT} first question", "and a follow-up", f"hi @{BOT}"])
     g.stop(signal.SIGTERM)
     assert "not in TELEGRAM_ALLOWED_USERS" in g.stderr

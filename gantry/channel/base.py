@@ -13,6 +13,8 @@ from typing import Protocol, runtime_checkable
 
 import msgspec
 
+from gantry.wire.openai import ImagePart
+
 Progress = Callable[[int, int], None]
 
 COMMANDS = frozenset({"/new", "/status", "/help", "/start"})
@@ -85,6 +87,9 @@ class Inbound(msgspec.Struct, frozen=True):
     It must write through the agent's connection, and only write."""
     scheduled_for: float | None = None
     """A scheduled message's due time (unix seconds): the prompt's time block names it."""
+    images: tuple[ImagePart, ...] = ()
+    """Images sent with the message (gantry.media): they go to the model as content parts
+    after `text`, which describes them and holds any caption."""
 
     @property
     def session_id(self) -> str:

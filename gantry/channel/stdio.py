@@ -17,7 +17,7 @@ import threading
 import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import NamedTuple, TextIO
+from typing import Any, NamedTuple, TextIO
 
 import anyio
 import anyio.from_thread
@@ -35,12 +35,17 @@ from gantry.channel.base import (
     is_stop,
     unknown_command,
 )
+from gantry.channel.reply import Attachment, unpack
 from gantry.channel.stdio_elicit import StdioDialog
+from gantry.media.build import compose
+from gantry.media.files import MediaError
+from gantry.media.local import ATTACH_HELP, fetch_local, local_item, parse_attach
 
 CHAT_ID = "local"
 SESSION_ID = f"stdio:{CHAT_ID}"
 PROMPT = "> "
 SCHEDULED = "[scheduled] "
+ATTACHED = "[attachment] "
 STOPPED = "(stopped)"
 KEYS_HELP = "Ctrl-C stops a reply (at an empty prompt it exits) · Ctrl-D exits"
 
@@ -210,8 +215,10 @@ class StdioChannel:
         inp: TextIO | None = None,
         out: TextIO | None = None,
         intro: Callable[[str], Intro] | None = None,
+        media: Any = None,
     ) -> None:
         self.stream_replies = stream_replies
+        self.media = media  # gantry.media.MediaReader for /attach (None: /attach is refused)
         self.inp = inp or sys.stdin
         self.out = out or sys.stdout
         self.interactive = _isatty(self.inp)
@@ -408,12 +415,18 @@ class StdioChannel:
             self.out.write(NOTHING_TO_STOP + "\n")
             self.out.flush()
             return
-        unknown = unknown_command(text)
+        attached = await self._attached(text)
+        if isinstance(attached, str):  # refused: say why, no model call
+            self.out.write(attached + "\n")
+            self.out.flush()
+            return
+        unknown = None if attached is not None else unknown_command(text)
         if unknown is not None:  # a typo'd command is not a message for the model
             self.out.write(unknown + "\n")
             self.out.flush()
             return
-        msg = Inbound(channel=self.name, chat_id=CHAT_ID, user_id=self.user, text=text)
+        msg = (Inbound(channel=self.name, chat_id=CHAT_ID, user_id=self.user, text=text)
+               if attached is None else attached)
         stream = StdioStream(self.out) if self.stream_replies else None
         self._current, self._stream = msg, stream
         try:
@@ -427,13 +440,43 @@ class StdioChannel:
             return
         finally:
             self._current = self._stream = None
-        if self.terminal and text.strip().lower() == "/help":
-            reply += "\n" + KEYS_HELP
+        packed = unpack(reply)
+        reply = packed.text
+        if text.strip().lower() == "/help":
+            reply += "\n" + ATTACH_HELP + ("\n" + KEYS_HELP if self.terminal else "")
         if stream is not None:
             await stream.finish(reply)
         else:
             self.out.write(reply + "\n")
-            self.out.flush()
+        self._attachments(packed.attachments)
+        self.out.flush()
+
+    def _attachments(self, files: list[Attachment]) -> None:
+        """A file the reply sends is already saved under DATA_DIR (gantry.outbox): its path."""
+        for f in files:
+            note = f" — {f.caption}" if f.caption else ""
+            self.out.write(f"{ATTACHED}{f.path} ({f.mime}, {f.size} B){note}\n")
+
+    async def _attached(self, text: str) -> Inbound | str | None:
+        """`/attach PATH [caption]` read through gantry.media into a message (its text and
+        images), or the reason it cannot be sent; None for any other line."""
+        parsed = parse_attach(text)
+        if parsed is None:
+            return None
+        path, caption = parsed
+        if not path:
+            return "Usage: " + ATTACH_HELP
+        if self.media is None:
+            return "Attaching files is not available here."
+        try:
+            item = local_item(path)
+            built = await self.media.read([item], fetch_local)
+        except MediaError as exc:
+            return exc.reply
+        except Exception as exc:  # the transcription service down, a disk error: say so
+            return f"Could not read {path}: {type(exc).__name__}: {exc}"
+        return Inbound(channel=self.name, chat_id=CHAT_ID, user_id=self.user,
+                       text=compose(*built.blocks, caption), images=tuple(built.images))
 
     def can_push(self, chat_id: str) -> bool:
         return True
@@ -445,16 +488,19 @@ class StdioChannel:
         prompt (with whatever was being typed) is drawn again below it; on a pipe it is a
         plain line like any reply."""
         if sent < 1:
+            packed = unpack(text)
             if self.terminal:
                 redraw = self._prompt_shown
                 self._clear()
                 if self._stream is not None and self._stream.mid_line:
                     self.out.write("\n")
-                self.out.write(SCHEDULED + text + "\n")
+                self.out.write(SCHEDULED + packed.text + "\n")
+                self._attachments(packed.attachments)
                 if redraw:
                     self._redraw()
             else:
-                self.out.write(text + "\n")
+                self.out.write(packed.text + "\n")
+                self._attachments(packed.attachments)
             self.out.flush()
         if progress is not None:
             progress(1, 1)

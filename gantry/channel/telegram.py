@@ -51,6 +51,9 @@ from gantry.channel.base import (
     TurnStopped,
     is_stop,
 )
+from gantry.channel.reply import Attachment, Reply, image_urls, unpack
+from gantry.channel.telegram_media import TelegramMedia
+from gantry.channel.telegram_out import send_attachment
 from gantry.channel.telegram_store import (
     MAX_ATTEMPTS,
     Accepted,
@@ -69,6 +72,10 @@ from gantry.channel.tgformat import (
     to_aiogram,
     utf16_len,
 )
+from gantry.channel.tgmedia import incoming
+from gantry.media import MediaError, MediaReader
+from gantry.media.kinds import dump
+from gantry.wire.openai import ImagePart
 
 log = logging.getLogger("gantry.channel.telegram")
 
@@ -78,7 +85,7 @@ ALLOWED_UPDATES = ["message", "callback_query"]
 COMMANDS = [("new", "start a new conversation"), ("status", "uptime, model, history size"),
             ("stop", "stop the reply being written"), ("cancel", "same as /stop"),
             ("help", "what I can do")]
-NON_TEXT_REPLY = "I can only read text messages for now."
+NON_TEXT_REPLY = "I cannot read this kind of message."
 TYPING_EVERY = 4.0
 EDIT_GAP = 1.0
 STRANGER_LOG_EVERY = 3600.0  # also how often an ignored group chat is logged
@@ -156,6 +163,14 @@ def parts_for(reply: str) -> list[Rendered]:
     return parts or [Rendered(reply.strip() or "(empty reply)", [])]
 
 
+def delivery_parts(reply: Reply) -> tuple[list[Rendered], list[Attachment | str]]:
+    """A stored reply's parts: its text's messages, then (each one more part) its
+    attachments and the https images its Markdown shows (sent by URL). A reply of files
+    alone sends no "(empty reply)" text."""
+    extras: list[Attachment | str] = [*reply.attachments, *image_urls(reply.text)]
+    return (parts_for(reply.text) if reply.text.strip() or not extras else []), extras
+
+
 class Backoff:
     """Exponential backoff for the poller: 1, 2, 4 … 30 s; reset on success."""
 
@@ -184,6 +199,7 @@ class TelegramChannel:
         stream_replies: bool = False,
         poll_timeout: int = POLL_TIMEOUT,
         ssl_context: ssl.SSLContext | None = None,
+        media: MediaReader | None = None,
     ) -> None:
         self.allowed = frozenset(allowed_users)
         self.store = TelegramStore(conn)
@@ -192,6 +208,7 @@ class TelegramChannel:
         session = _Session(ssl_context, api=TelegramAPIServer.from_base(api_url.rstrip("/")))
         self.bot = Bot(token, session=session)
         self.dialog = TelegramDialog(self.bot)  # MCP servers' questions (gantry/elicit.py)
+        self.media = TelegramMedia(self.bot, media)
         self._active: set[int] = set()
         self._turning: dict[int, tuple[int, Inbound]] = {}  # chat → its turn's update, message
         self._edit_at: dict[int, float] = {}  # chat → earliest time the next edit may go
@@ -380,10 +397,16 @@ class TelegramChannel:
                     idle.append(msg.chat.id)
                 else:
                     stops[msg.chat.id] = target
+            got = incoming(msg, self._me_id)
+            refused = NON_TEXT_REPLY if got is None else self.media.refusal(got.media)
+            if got is not None and got.media_group:
+                self.media.album_seen(msg.chat.id, got.media_group)
             accepted.append(Accepted(
                 update_id=upd.update_id, chat_id=msg.chat.id, user_id=user,
-                message_id=msg.message_id, text=text or "",
-                reply=None if text is not None else NON_TEXT_REPLY, done=stop,
+                message_id=msg.message_id, text=got.text if got else "",
+                reply=None if stop else refused, done=stop,
+                media=dump(got.media) if got else "[]",
+                media_group=got.media_group if got else None,
             ))
         self.store.accept(accepted, max(u.update_id for u in updates) + 1,
                           stopped=list(stops.values()), stopped_reply=STOPPED_REPLY)
@@ -425,8 +448,9 @@ class TelegramChannel:
         if kind == "private":
             return True
         if (self.groups == "mention" and kind in GROUP_CHATS
-                and addressed(msg, self._me_id, self._me_username)):
-            return True
+                and (addressed(msg, self._me_id, self._me_username)
+                     or self.media.album_known(msg.chat.id, msg.media_group_id))):
+            return True  # (an album's later parts carry no mention: they follow its first)
         if self._group_log.due(msg.chat.id):
             log.info("ignored a message in a group or channel; see TELEGRAM_GROUPS",
                      extra={"chat_id": msg.chat.id, "chat_type": kind,
@@ -480,6 +504,11 @@ class TelegramChannel:
         update is given up, never retried forever: a failed turn gets FAILED_REPLY, a failed
         delivery ends the update.
         """
+        if row.reply is None and row.media_group:
+            wait = self.media.album_wait(self.store, row)
+            if wait > 0:  # its other parts may still be on their way
+                await anyio.sleep(wait)
+            row = self.store.gather_album(row)
         if row.reply is None and not await self._turn_step(row):
             return False
         return await self._delivery_step(row)
@@ -509,10 +538,29 @@ class TelegramChannel:
             self.store.set_reply(row.update_id, FAILED_REPLY, error=f"the turn {why}")
             return True
         try:
+            read = await self._read_media(row)  # not shielded: redone at the next start
+        except anyio.get_cancelled_exc_class():
+            self.store.undo_attempt(row.update_id)
+            raise
+        except MediaError as exc:  # refused as sent: the user is told why, no model call
+            log.info("media refused", extra={"update_id": row.update_id, "why": exc.reply})
+            self.store.set_reply(row.update_id, exc.reply)
+            row.reply = exc.reply
+            return True
+        except Exception as exc:  # our errors say what failed without URL or token
+            transient = isinstance(exc, TRANSIENT)
+            failures = 0 if transient else self.store.fail_attempt(row.update_id)
+            if transient:
+                self.store.undo_attempt(row.update_id)
+            log.warning("reading the message's media failed; will retry",
+                        extra={"update_id": row.update_id, "chat_id": row.chat_id,
+                               "failures": failures, "error": f"{type(exc).__name__}: {exc}"})
+            return False
+        try:
             # Shielded: once the turn has an answer, it is stored, even at shutdown
             # (the turn itself is cut at the drain deadline by TurnAborted).
             with anyio.CancelScope(shield=True):
-                reply = await self._answer(row)
+                reply = await self._answer(row, *read)
                 self.store.set_reply(row.update_id, reply)  # done already if the agent did
         except TurnAborted:
             self.store.undo_attempt(row.update_id)
@@ -578,7 +626,27 @@ class TelegramChannel:
         for scope in self._deliveries:
             scope.deadline = min(scope.deadline, limit)
 
-    async def _answer(self, row: Pending) -> str:
+    async def _read_media(self, row: Pending) -> tuple[str, tuple[ImagePart, ...]]:
+        """The turn's text and images (gantry.media), with the typing indicator on while
+        files download and voice is transcribed (seconds, for a long voice note)."""
+        if row.media == "[]":
+            return row.text, ()
+        result: tuple[str, tuple[ImagePart, ...]] | None = None
+        error: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._typing, row.chat_id)
+            try:
+                result = await self.media.read(row)
+            except Exception as exc:  # raised here, not through the task group
+                error = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if error is not None:
+            raise error
+        assert result is not None
+        return result
+
+    async def _answer(self, row: Pending, text: str, images: tuple[ImagePart, ...]) -> str:
         assert self._respond is not None
         # A private chat's id is its user's id; any other chat is a group (accepted only
         # with TELEGRAM_GROUPS=mention).
@@ -586,8 +654,8 @@ class TelegramChannel:
         # so the same one): a kill cannot leave the answer recorded and the row unanswered,
         # which would run the whole turn, tool calls and all, again on redelivery.
         inbound = Inbound(channel=self.name, chat_id=str(row.chat_id), user_id=str(row.user_id),
-                          text=row.text, message_id=str(row.message_id),
-                          group=row.chat_id != row.user_id,
+                          text=text, message_id=str(row.message_id),
+                          group=row.chat_id != row.user_id, images=images,
                           on_answer=lambda reply: self.store.set_reply(row.update_id, reply))
         stream = TelegramStream(self, row) if self.stream_replies else None
         ended: TurnAborted | TurnStopped | None = None
@@ -623,22 +691,33 @@ class TelegramChannel:
     # ------------------------------------------------------------------ delivery
 
     async def _deliver(self, row: Pending) -> None:
-        """Send the parts not yet sent (editing streamed messages in place); raises what
-        Telegram raised (the worker judges whether it is transient or final)."""
+        """Send the parts not yet sent (editing streamed messages in place), then the
+        reply's attachments, each one more part; raises what Telegram raised (the worker
+        judges whether it is transient or final)."""
         assert row.reply is not None
-        parts = parts_for(row.reply)
-        for i in range(row.sent_parts, len(parts)):
-            existing = row.stream_msgs[i] if i < len(row.stream_msgs) else None
-            if existing is not None:
-                await self._edit_final(row.chat_id, existing, parts[i])
+        parts, extras = delivery_parts(unpack(row.reply))
+        total = len(parts) + len(extras)
+        for i in range(row.sent_parts, total):
+            if i >= len(parts):
+                await self._send_file(row.chat_id, extras[i - len(parts)])
+            elif i < len(row.stream_msgs):
+                await self._edit_final(row.chat_id, row.stream_msgs[i], parts[i])
             else:
                 await self._send(row.chat_id, parts[i])
             row.sent_parts = i + 1
-            self.store.mark_sent(row.update_id, row.sent_parts, len(parts))
+            self.store.mark_sent(row.update_id, row.sent_parts, total)
         for extra in row.stream_msgs[len(parts):]:  # streamed text outgrew the final reply
             await self._quiet_delete(row.chat_id, extra)
-        if row.sent_parts >= len(parts):
-            self.store.mark_sent(row.update_id, len(parts), len(parts))
+        if row.sent_parts >= total:
+            self.store.mark_sent(row.update_id, total, total)
+
+    async def _send_file(self, chat: int, file: Attachment | str) -> None:
+        """One attachment (sendPhoto, or sendDocument) or image URL, following a group's
+        migration like text. A file gone from the outbox (pruned) is said in a line instead."""
+        try:
+            await send_attachment(self.bot, chat, file)
+        except TelegramMigrateToChat as exc:
+            await send_attachment(self.bot, exc.migrate_to_chat_id, file)
 
     async def _send(self, chat: int, part: Rendered) -> int:
         """sendMessage with entities, falling back to plain text if Telegram rejects them,
@@ -741,13 +820,17 @@ class TelegramChannel:
         if not self.can_push(chat_id):
             raise PermissionError(f"chat {chat_id} is not in TELEGRAM_ALLOWED_USERS")
         chat = int(chat_id)
-        parts = parts_for(text)
-        for i in range(sent, len(parts)):
-            await self._send(chat, parts[i])
+        parts, extras = delivery_parts(unpack(text))
+        total = len(parts) + len(extras)
+        for i in range(sent, total):
+            if i < len(parts):
+                await self._send(chat, parts[i])
+            else:
+                await self._send_file(chat, extras[i - len(parts)])
             if progress is not None:
-                progress(i + 1, len(parts))
-        if sent >= len(parts) and progress is not None:
-            progress(len(parts), len(parts))
+                progress(i + 1, total)
+        if sent >= total and progress is not None:
+            progress(total, total)
 
 
 class TelegramStream:

@@ -58,6 +58,8 @@ class Pending(msgspec.Struct):
     reply: str | None
     sent_parts: int
     stream_msgs: list[int]
+    media: str = "[]"  # JSON list of gantry.media.Media, read when the turn runs
+    media_group: str | None = None
 
 
 class Accepted(msgspec.Struct, frozen=True):
@@ -66,8 +68,10 @@ class Accepted(msgspec.Struct, frozen=True):
     user_id: int
     message_id: int
     text: str
-    reply: str | None = None  # preset for updates answered without the agent (non-text)
+    reply: str | None = None  # preset for updates answered without the agent (refused media)
     done: bool = False  # finished on arrival, nothing to send (a /stop, handled at once)
+    media: str = "[]"
+    media_group: str | None = None
 
 
 def _arrival_state(u: Accepted) -> str:
@@ -109,10 +113,10 @@ class TelegramStore:
                 )
                 self._rows(
                     "INSERT OR IGNORE INTO telegram_update (update_id, chat_id, user_id, "
-                    "message_id, text, state, reply, received_at, answered_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "message_id, text, state, reply, received_at, answered_at, media, "
+                    "media_group) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (u.update_id, u.chat_id, u.user_id, u.message_id, u.text, _arrival_state(u),
-                     u.reply, now, now if u.done else None),
+                     u.reply, now, now if u.done else None, u.media, u.media_group),
                 )
             for update_id in stopped:
                 self._rows(
@@ -137,8 +141,8 @@ class TelegramStore:
         """The oldest unfinished update of a chat (per-chat arrival order)."""
         rows = self._rows(
             "SELECT update_id, chat_id, user_id, message_id, text, reply, sent_parts, "
-            f"stream_msgs FROM telegram_update WHERE chat_id = ? AND {PENDING} "
-            "ORDER BY update_id LIMIT 1",
+            f"stream_msgs, media, media_group FROM telegram_update WHERE chat_id = ? "
+            f"AND {PENDING} ORDER BY update_id LIMIT 1",
             (chat_id,),
         )
         if not rows:
@@ -147,8 +151,47 @@ class TelegramStore:
         return Pending(
             int(r[0]), int(r[1]), int(r[2]), int(r[3]), str(r[4]),  # type: ignore[call-overload]
             None if r[5] is None else str(r[5]), int(r[6]),  # type: ignore[call-overload]
-            [int(x) for x in json.loads(str(r[7]))],
+            [int(x) for x in json.loads(str(r[7]))], str(r[8]),
+            None if r[9] is None else str(r[9]),
         )
+
+    def album_age(self, chat_id: int, group: str) -> float:
+        """Seconds since the newest pending message of an album arrived (a later part may
+        still be on its way while this is short)."""
+        rows = self._rows(
+            "SELECT max(received_at) FROM telegram_update WHERE chat_id = ? AND "
+            f"media_group = ? AND {PENDING}", (chat_id, group))
+        newest = rows[0][0] if rows else None
+        return time.time() - float(newest) if newest is not None else 0.0  # type: ignore[arg-type]
+
+    def gather_album(self, lead: Pending) -> Pending:
+        """Fold the album's other pending parts into its first one, in one transaction: their
+        files and captions join the lead's row, and they end as answered (the lead's reply
+        answers them all). A crash before or after leaves either all parts or the lead alone
+        holding the album: the turn is rebuilt whole either way."""
+        from gantry.media.kinds import dump, load
+
+        with self.conn:  # type: ignore[attr-defined]
+            rows = self._rows(
+                "SELECT update_id, text, media FROM telegram_update WHERE chat_id = ? AND "
+                "media_group = ? AND update_id > ? AND state = 'accepted' ORDER BY update_id",
+                (lead.chat_id, lead.media_group, lead.update_id))
+            if not rows:
+                return lead
+            media = load(lead.media)
+            texts = [lead.text] if lead.text else []
+            for _id, text, more in rows:
+                media += load(str(more))
+                if text:
+                    texts.append(str(text))
+            merged = msgspec.structs.replace(lead, text="\n\n".join(texts), media=dump(media))
+            self._rows("UPDATE telegram_update SET text = ?, media = ? WHERE update_id = ?",
+                       (merged.text, merged.media, lead.update_id))
+            for update_id, _text, _more in rows:
+                self._rows(
+                    "UPDATE telegram_update SET state = 'answered', answered_at = ?, "
+                    "error = NULL WHERE update_id = ?", (time.time(), update_id))
+        return merged
 
     def set_reply(self, update_id: int, reply: str, error: str | None = None) -> None:
         """Store the reply to deliver; `error` set means it stands in for a failed turn.

@@ -68,7 +68,9 @@ class SystemClock:
 
 def is_silent(reply: str) -> bool:
     """A reply the model marked as not for the user."""
-    return reply.lstrip().lower().startswith(SILENT)
+    from gantry.channel.reply import text_of
+
+    return text_of(reply).lstrip().lower().startswith(SILENT)
 
 
 def synthetic_text(run: Run) -> str:

@@ -8,8 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
+
+Keep = Callable[[str, str, str], str | None]
+"""Keeps a binary block's base64 bytes (mime, name) for sending later; returns its id
+(gantry.outbox.Outbox.keep), or None when it was not kept."""
 
 MAX_NAME = 64
 SEP = "__"
@@ -69,14 +73,22 @@ def _b64_len(data: str) -> int:
     return len(data) * 3 // 4 - data[-2:].count("=") if data else 0
 
 
-def block_text(block: Any) -> str:
-    """One content block as text; binary and resource blocks become short placeholders."""
+def _offer(keep: Keep | None, data: str, mime: str, name: str) -> str:
+    """The placeholder's attachment note when the bytes were kept (the model may send them)."""
+    ident = keep(data, mime, name) if keep is not None and data else None
+    return f"; attachment {ident}: send_attachment can send it to the user" if ident else ""
+
+
+def block_text(block: Any, keep: Keep | None = None) -> str:
+    """One content block as text; binary and resource blocks become short placeholders.
+    With `keep`, binary bytes are kept and the placeholder names their attachment id."""
     kind = getattr(block, "type", None)
     if kind == "text":
         return str(getattr(block, "text", ""))
     if kind in ("image", "audio"):
         mime = getattr(block, "mime_type", None) or getattr(block, "mimeType", None) or kind
-        return f"[{mime}, {_size(_b64_len(str(getattr(block, 'data', '') or '')))}]"
+        data = str(getattr(block, "data", "") or "")
+        return f"[{mime}, {_size(_b64_len(data))}{_offer(keep, data, str(mime), '')}]"
     if kind == "resource":
         res = getattr(block, "resource", None)
         uri = str(getattr(res, "uri", "") or "")
@@ -84,13 +96,16 @@ def block_text(block: Any) -> str:
         if text is not None:
             return f"[resource {uri}]\n{text}"
         mime = getattr(res, "mime_type", None) or "binary"
-        return f"[resource {uri}, {mime}, {_size(_b64_len(str(getattr(res, 'blob', '') or '')))}]"
+        blob = str(getattr(res, "blob", "") or "")
+        name = uri.split("?", 1)[0]
+        return f"[resource {uri}, {mime}, {_size(_b64_len(blob))}{_offer(keep, blob, mime, name)}]"
     if kind == "resource_link":
         return f"[resource link {getattr(block, 'uri', '')}]"
     return f"[{kind or 'unknown'} content]"
 
 
-def result_text(content: Sequence[Any], structured: Any, is_error: bool) -> str:
+def result_text(content: Sequence[Any], structured: Any, is_error: bool,
+                keep: Keep | None = None) -> str:
     """What the model reads for a tools/call result.
 
     Text passes through; other blocks become placeholders; `structuredContent` is used when
@@ -100,7 +115,7 @@ def result_text(content: Sequence[Any], structured: Any, is_error: bool) -> str:
         text = str(getattr(content[0], "text", ""))  # the common case, without the walk below
         if text:
             return text
-    parts = [block_text(b) for b in content or ()]
+    parts = [block_text(b, keep) for b in content or ()]
     has_text = any(getattr(b, "type", None) == "text" for b in content or ())
     if not has_text and structured is not None:
         parts.insert(0, json.dumps(structured, ensure_ascii=False, separators=(",", ":")))

@@ -149,11 +149,12 @@ class Server:
     def __init__(
         self, spec: ServerSpec, registry: Registry, environ: Mapping[str, str],
         hidden: Collection[str] = (), auth: AuthHook | None = None,
-        elicitor: Elicitor | None = None,
+        elicitor: Elicitor | None = None, keep: convert.Keep | None = None,
     ) -> None:
         self.spec = spec
         self.elicitor = elicitor  # None: the elicitation capability is not declared
         self.inflight = InFlight()
+        self.keep = keep  # where binary results go so the model can send them (gantry.outbox)
         self.name = spec.name
         self.source = mcp_source(spec.name)  # its own namespace: never a built-in's source
         self.registry = registry
@@ -549,7 +550,7 @@ class Server:
         self.breaker.success()
         error = bool(getattr(result, "is_error", False))
         stats.record(time.monotonic() - started, error=error)
-        text = convert.result_text(result.content, result.structured_content, error)
+        text = convert.result_text(result.content, result.structured_content, error, self.keep)
         return CallResult(text, error=error, structured=result.structured_content)
 
     async def _send_call(self, session: Any, tool: str, args: dict[str, Any]) -> Any:
@@ -666,15 +667,17 @@ class Host:
         self, specs: Sequence[ServerSpec], registry: Registry, environ: Mapping[str, str],
         hidden: Mapping[str, Collection[str]] | None = None, *,
         auth: AuthHook | None = None, elicitor: Elicitor | None = None,
+        keep: convert.Keep | None = None,
     ) -> None:
         """`hidden`: per server, MCP tool names not registered as model tools (the memory
         backend's protocol tools, which the builtin memory_* tools already route to).
         `auth`: gives a remote server's HTTP client its httpx2.Auth (None: no auth).
-        `elicitor`: relays servers' questions to the turn's user (else none are asked)."""
+        `elicitor`: relays servers' questions to the turn's user (else none are asked).
+        `keep`: where tool results' binary content is kept (gantry.outbox)."""
         hidden = hidden or {}
         self.elicitor = elicitor
         self.servers = {s.name: Server(s, registry, environ, hidden.get(s.name, ()), auth,
-                                       elicitor)
+                                       elicitor, keep)
                         for s in specs}
 
     def names(self) -> list[str]:

@@ -9,6 +9,7 @@ because Gemini, xAI, Ollama, llama.cpp and vLLM each bend the shape a little
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -21,11 +22,14 @@ __all__ = [
     "Choice",
     "ChunkChoice",
     "Completion",
+    "ContentPart",
     "Delta",
     "ErrorBody",
     "FunctionCall",
     "FunctionDef",
     "FunctionDelta",
+    "ImagePart",
+    "ImageURL",
     "Message",
     "ResponseMessage",
     "SSEEvent",
@@ -33,6 +37,7 @@ __all__ = [
     "StreamAssembler",
     "StreamOptions",
     "SystemMessage",
+    "TextPart",
     "ToolCall",
     "ToolCallAssembler",
     "ToolCallDelta",
@@ -48,6 +53,7 @@ __all__ = [
     "encode",
     "encode_request",
     "new_call_id",
+    "user_content",
 ]
 
 # --------------------------------------------------------------------------- request side
@@ -93,11 +99,54 @@ class SystemMessage(msgspec.Struct, tag_field="role", tag="system", omit_default
     name: str | None = None
 
 
-class UserMessage(msgspec.Struct, tag_field="role", tag="user", omit_defaults=True):
-    """What the human said."""
+class ImageURL(msgspec.Struct, omit_defaults=True):
+    """An image as a URL; gantry sends `data:<mime>;base64,…` (never a link to fetch)."""
 
-    content: str
+    url: str
+    detail: str | None = None
+
+
+class TextPart(msgspec.Struct, tag_field="type", tag="text"):
+    """A text content part: `{"type": "text", "text": ...}`."""
+
+    text: str
+
+
+class ImagePart(msgspec.Struct, tag_field="type", tag="image_url"):
+    """An image content part: `{"type": "image_url", "image_url": {"url": ...}}`."""
+
+    image_url: ImageURL
+
+
+ContentPart = TextPart | ImagePart
+
+
+class UserMessage(msgspec.Struct, tag_field="role", tag="user", omit_defaults=True):
+    """What the human said: plain text, or content parts when it came with images.
+
+    Rows stored before parts existed hold a string and still decode.
+    """
+
+    content: str | list[ContentPart]
     name: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The text the user sent (text parts joined; images left out)."""
+        return content_text(self.content)
+
+    @property
+    def images(self) -> list[ImagePart]:
+        """The image parts, if any."""
+        if isinstance(self.content, str):
+            return []
+        return [p for p in self.content if isinstance(p, ImagePart)]
+
+    def with_text(self, text: str) -> UserMessage:
+        """The same message with its text replaced (images kept, after the text)."""
+        if isinstance(self.content, str) or not self.images:
+            return UserMessage(text, name=self.name)
+        return UserMessage([TextPart(text), *self.images], name=self.name)
 
 
 class AssistantMessage(msgspec.Struct, tag_field="role", tag="assistant", omit_defaults=True):
@@ -288,13 +337,22 @@ def decode_messages(data: bytes | str) -> list[Message]:
 
 
 def content_text(content: str | list[Any] | None) -> str:
-    """Text of a content field that may be a string, null or a list of `{"text": ...}` parts."""
+    """Text of a content field that may be a string, null or a list of parts (`TextPart`s or
+    `{"text": ...}` dicts); image parts have no text."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
-    parts = [p.get("text") for p in content if isinstance(p, dict)]
+    parts = [p.text if isinstance(p, TextPart) else p.get("text") if isinstance(p, dict)
+             else None for p in content]
     return "".join(p for p in parts if isinstance(p, str))
+
+
+def user_content(text: str, images: Sequence[ImagePart] = ()) -> str | list[ContentPart]:
+    """A user message's content: the text alone, or the text then its images as parts."""
+    if not images:
+        return text
+    return [TextPart(text), *images]
 
 
 # --------------------------------------------------------------------------- SSE framing

@@ -697,7 +697,8 @@ def test_tools_list_in_the_image(sandbox: Sandbox, mcp_binds: dict[str, Path]) -
     assert done.returncode == 0, done.stderr
     names = [line.split()[0] for line in done.stdout.splitlines()[:-1]]
     assert names == ["cron_cancel", "cron_list", "cron_schedule", "memory_forget",
-                     "memory_recall", "memory_store", "st__crash", "st__echo", "st__env",
-                     "st__pid", "watch_add", "watch_cancel", "watch_list"]  # the built-in
-    # tools too (watch_* with MCP servers): what the model is offered
-    assert done.stdout.splitlines()[-1].startswith("tools offered: 13 (9 built in), ~")
+                     "memory_recall", "memory_store", "send_attachment", "st__crash",
+                     "st__echo", "st__env", "st__pid", "watch_add", "watch_cancel",
+                     "watch_list"]  # the built-in tools too (watch_* and send_attachment
+    # with MCP servers): what the model is offered
+    assert done.stdout.splitlines()[-1].startswith("tools offered: 14 (10 built in), ~")

@@ -17,6 +17,7 @@ class LoopbackServer:
 
     name = "fake server"
     url_suffix = ""
+    max_body = 64 * 1024 * 1024  # aiohttp's default (1 MiB) is less than a photo's data URL
 
     def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
         self.ssl_context = ssl_context  # serve HTTPS with it (tests.fakes.pki)
@@ -40,7 +41,7 @@ class LoopbackServer:
 
     async def start(self) -> str:
         """Listen on an ephemeral loopback port in the running loop; return the base URL."""
-        app = web.Application()
+        app = web.Application(client_max_size=self.max_body)
         self._routes(app)
         runner = web.AppRunner(app, shutdown_timeout=0.5, handler_cancellation=True)
         await runner.setup()

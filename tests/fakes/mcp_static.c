@@ -14,6 +14,8 @@
  *                  and answers with the client's reply line verbatim
  *   file {path}  → the file's contents (up to 256 kB), or an isError result; not listed by
  *                  default (offer it through STATIC_TOOLS): the watch binary test polls it
+ *   image {data} → an image content block with that base64 as PNG (not listed: offer it
+ *                  through STATIC_TOOLS; media out in the binary)
  * STATIC_TOOLS, when set, is sent as the tools/list result instead (a JSON object with a
  * "tools" list): a test can offer any names or schemas, served by the tools above.
  */
@@ -165,6 +167,14 @@ int main(void) {
                     reply(id, "{\"content\":[{\"type\":\"text\",\"text\":\"cannot read "
                               "the file\"}],\"isError\":true}");
                 }
+            } else if (strcmp(name, "image") == 0) {
+                const char *args = strstr(params, "\"arguments\"");
+                if (!args || !field(args, "data", arg, sizeof arg)) arg[0] = 0;
+                snprintf(out, sizeof out,
+                         "{\"content\":[{\"type\":\"text\",\"text\":\"an image:\"},"
+                         "{\"type\":\"image\",\"data\":\"%s\",\"mimeType\":\"image/png\"}],"
+                         "\"isError\":false}", arg);
+                reply(id, out);
             } else {
                 fail(id, -32602, "unknown tool");
             }

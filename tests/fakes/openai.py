@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import ssl
 import threading
 import time
@@ -49,6 +50,7 @@ __all__ = [
     "RecordedRequest",
     "Reply",
     "Script",
+    "SendAttachment",
     "ToolCalls",
     "UseTool",
     "WhenOffered",
@@ -191,10 +193,55 @@ class WhenOffered:
     delay: float = 0.0
 
 
+@dataclass(frozen=True)
+class SendAttachment:
+    """A model that sends the user what a tool returned: call `first` while the newest
+    message is the user's, then `send_attachment` with the attachment id its result names,
+    then answer `reply`. Like UseTool, a resumed turn gets what a real model would give."""
+
+    first: Call
+    reply: str
+    delay: float = 0.0
+
+
+_ATTACHMENT_ID = re.compile(r"attachment ([0-9a-f]{12})")
+
+# What real endpoints answer a text-only model sent an image part (FakeOpenAI.no_vision).
+NO_VISION: dict[str, tuple[int, dict[str, Any]]] = {
+    "openai": (400, {"error": {
+        "message": "Invalid content type. image_url is only supported by certain models.",
+        "type": "invalid_request_error", "param": "messages.[1].content.[1].type",
+        "code": None}}),
+    "llamacpp": (500, {"error": {
+        "code": 500, "type": "server_error", "message": "image input is not supported - "
+        "hint: if this is unexpected, you may need to provide the mmproj"}}),
+    "vllm": (400, {"object": "error", "type": "BadRequestError", "param": None, "code": 400,
+                   "message": "fake-model is not a multimodal model"}),
+}
+
+
+def has_image(body: Any) -> bool:
+    """Whether a request body carries an image content part anywhere in its messages."""
+    messages = body.get("messages", []) if isinstance(body, dict) else []
+    return any(isinstance(m, dict) and isinstance(m.get("content"), list)
+               and any(isinstance(p, dict) and p.get("type") == "image_url"
+                       for p in m["content"]) for m in messages)
+
+
 Script = (
     WhenOffered | Reply | Echo | ToolCalls | UseTool | HTTPError | CutStream | Malformed | RawSSE
-    | CutJSON | BadGzip
+    | CutJSON | BadGzip | SendAttachment
 )
+
+
+@dataclass
+class Transcription:
+    """One `/audio/transcriptions` request as received."""
+
+    model: str
+    filename: str
+    data: bytes
+    authorization: str
 
 
 @dataclass
@@ -214,6 +261,13 @@ class RecordedRequest:
     @property
     def stream(self) -> bool:
         return isinstance(self.body, dict) and bool(self.body.get("stream"))
+
+    @property
+    def image_urls(self) -> list[str]:
+        """Every `image_url` part's URL in the request's messages, in order (media tests)."""
+        return [p["image_url"]["url"] for m in self.messages
+                if isinstance(m.get("content"), list)
+                for p in m["content"] if isinstance(p, dict) and p.get("type") == "image_url"]
 
     @property
     def last_user_text(self) -> str:
@@ -320,6 +374,9 @@ class FakeOpenAI(LoopbackServer):
 
     name = "fake OpenAI server"
     url_suffix = "/v1"
+    no_vision: str | None = None
+    """Set to a key of NO_VISION: a request with an image part gets that endpoint's refusal
+    (recorded, consuming no script), as from a model without vision."""
 
     def __init__(
         self,
@@ -374,6 +431,26 @@ class FakeOpenAI(LoopbackServer):
 
     def _routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_post("/v1/audio/transcriptions", self._transcribe)
+
+    # ------------------------------------------------------------------ audio (media tests)
+
+    async def _transcribe(self, request: web.Request) -> web.StreamResponse:
+        """`POST /audio/transcriptions` (multipart: file, model, response_format), answered
+        with `{"text": transcript}`; each request is kept in `transcriptions`. Set
+        `transcript` for the text, `transcribe_status` for an error status."""
+        if not hasattr(self, "transcriptions"):
+            self.transcriptions: list[Transcription] = []
+        form = await request.post()
+        upload = form.get("file")
+        data = upload.file.read() if isinstance(upload, web.FileField) else b""
+        self.transcriptions.append(Transcription(
+            model=str(form.get("model", "")), filename=getattr(upload, "filename", ""),
+            data=data, authorization=request.headers.get("Authorization", "")))
+        status = getattr(self, "transcribe_status", 200)
+        if status != 200:
+            return _error_response(status, "transcription failed")
+        return web.json_response({"text": getattr(self, "transcript", "a transcribed note")})
 
     def _next(self) -> Script:
         with self._lock:
@@ -403,6 +480,9 @@ class FakeOpenAI(LoopbackServer):
                 return _error_response(401, "proxy authentication required")
         if not isinstance(body, dict):
             return _error_response(400, "We could not parse the JSON body of your request.")
+        if self.no_vision is not None and has_image(body):
+            status, refusal = NO_VISION[self.no_vision]
+            return web.Response(status=status, text=json.dumps(refusal), content_type=_JSON)
         script = self._next()
         if script.delay:
             await asyncio.sleep(script.delay)
@@ -419,6 +499,8 @@ class FakeOpenAI(LoopbackServer):
         if isinstance(script, UseTool):
             newest = recorded.messages[-1].get("role") if recorded.messages else None
             script = Reply(script.reply) if newest == "tool" else ToolCalls([script.call])
+        if isinstance(script, SendAttachment):
+            script = _send_attachment(script, recorded.messages)
         if isinstance(script, HTTPError):
             return _scripted_error(script)
         if isinstance(script, RawSSE):
@@ -480,6 +562,16 @@ class FakeOpenAI(LoopbackServer):
 
 
 _JSON = "application/json"
+
+
+def _send_attachment(script: SendAttachment, messages: list[dict[str, Any]]) -> Script:
+    newest = messages[-1] if messages else {}
+    if newest.get("role") != "tool":
+        return ToolCalls([script.first])
+    found = _ATTACHMENT_ID.search(_text(newest.get("content")))
+    if found is None:
+        return Reply(script.reply)
+    return ToolCalls([Call("send_attachment", {"id": found.group(1)})])
 
 
 def _error_response(status: int, message: str, code: str | None = None) -> web.Response:

@@ -6,7 +6,9 @@ builds them from `TelegramAPIServer.from_base(base_url)`.
 
 Implemented: getMe, deleteWebhook, getUpdates (offset confirmation, long-poll `timeout`,
 `limit`, `allowed_updates`, 409 when a newer poll preempts an older one), sendMessage,
-editMessageText, sendChatAction, setMyCommands; inline keyboards on sendMessage
+editMessageText, sendChatAction, setMyCommands, sendPhoto/sendDocument (uploads recorded with
+their bytes), getFile and file downloads
+(tests/fakes/telegram_files.py); inline keyboards on sendMessage
 (`reply_markup`, checked like Telegram: button text, 1-64 bytes of callback_data), button
 presses as callback_query updates (`press`), answerCallbackQuery (unknown or twice-answered
 query ids are refused) and editMessageReplyMarkup. Anything else is a 404 in the Bot API
@@ -51,6 +53,7 @@ from typing import Any, Literal, TypeVar
 from aiohttp import web
 
 from tests.fakes._loopback import LoopbackServer
+from tests.fakes.telegram_files import FileServing
 
 __all__ = ["BotMessage", "Call", "FakeTelegram", "Fault", "FaultKind"]
 
@@ -144,6 +147,18 @@ class BotMessage:
     history: list[str] = field(default_factory=list)
 
 
+@dataclass
+class SentFile:
+    """A file the bot uploaded with sendPhoto or sendDocument: the exact bytes received."""
+
+    method: str  # "sendPhoto" | "sendDocument"
+    chat_id: int | str
+    message_id: int
+    filename: str
+    data: bytes
+    caption: str = ""
+
+
 @dataclass(eq=False)
 class _Poll:
     event: asyncio.Event
@@ -181,7 +196,7 @@ def _update_type(update: dict[str, Any]) -> str:
     return next((k for k in update if k != "update_id"), "")
 
 
-class FakeTelegram(LoopbackServer):
+class FakeTelegram(FileServing, LoopbackServer):
     """A Bot API server on 127.0.0.1 (see the module docstring).
 
     `base_url` is `http://127.0.0.1:<port>`: pass it to `TelegramAPIServer.from_base`.
@@ -221,6 +236,7 @@ class FakeTelegram(LoopbackServer):
         self._allowed: list[str] | None = None
         self._message_ids: dict[str, itertools.count[int]] = {}
         self._sent: list[BotMessage] = []
+        self._uploads: list[SentFile] = []  # sendPhoto / sendDocument uploads (media out)
         self._messages: dict[tuple[str, int], BotMessage] = {}
         self._faults: dict[str, deque[Fault]] = {}
         self._lock = threading.Lock()
@@ -409,6 +425,7 @@ class FakeTelegram(LoopbackServer):
 
     def _routes(self, app: web.Application) -> None:
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        self._file_routes(app)  # getFile's downloads (tests/fakes/telegram_files.py)
 
     def _wake(self) -> None:
         """Tell waiting long polls to look again; safe from any thread."""
@@ -437,7 +454,9 @@ class FakeTelegram(LoopbackServer):
                 if isinstance(value, str):
                     params[key] = _coerce(key, value)
                 elif isinstance(value, web.FileField):
-                    params[key] = {"filename": value.filename, "size": len(value.file.read())}
+                    data = value.file.read()
+                    params[key] = {"filename": value.filename, "size": len(data), "data": data,
+                                   "content_type": value.content_type}
                 else:
                     params[key] = {"size": len(value)}
         return params
@@ -617,6 +636,84 @@ class FakeTelegram(LoopbackServer):
             msg.history.append(text)
         return self._message_result(msg, edit_date=int(time.time()))
 
+    # ------------------------------------------------------------------ media out
+
+    fetchable = "https://images.example/"
+    """URLs a sendPhoto by URL succeeds for (Telegram fetched them); other https URLs get
+    Telegram's 400 for a page that is no image."""
+
+    def clear_faults(self, method: str) -> None:
+        """Drop the faults still queued for `method` (Telegram is back)."""
+        with self._lock:
+            self._faults.pop(method.lower(), None)
+
+    def uploads(self, chat_id: int | str | None = None) -> list[SentFile]:
+        """Uploaded photos and documents, in arrival order (optionally of one chat)."""
+        with self._lock:
+            return [f for f in self._uploads if chat_id is None or _same_chat(f.chat_id, chat_id)]
+
+    async def wait_uploads(self, chat_id: int | str, count: int = 1,
+                         timeout: float = 5.0) -> list[SentFile]:
+        def check() -> list[SentFile]:
+            found = self.uploads(chat_id)
+            return found if len(found) >= count else []
+
+        return await self.wait_for(check, timeout, f"{count} file(s) to {chat_id}")
+
+    def wait_uploads_sync(self, chat_id: int | str, count: int = 1,
+                        timeout: float = 5.0) -> list[SentFile]:
+        def check() -> list[SentFile]:
+            found = self.uploads(chat_id)
+            return found if len(found) >= count else []
+
+        return self.wait_for_sync(check, timeout, f"{count} file(s) to {chat_id}")
+
+    async def _send_file(self, params: dict[str, Any], method: str, field_name: str) -> Any:
+        """sendPhoto / sendDocument as multipart: the file is the field itself or, as aiogram
+        sends it, `attach://<name>` naming another part. A file id or URL string is refused
+        (gantry always uploads)."""
+        chat_id = params.get("chat_id")
+        if chat_id is None or chat_id == "":
+            raise _Reply(400, "Bad Request: chat not found")
+        value = params.get(field_name)
+        if isinstance(value, str) and value.startswith("attach://"):
+            value = params.get(value.removeprefix("attach://"))
+        elif isinstance(value, str) and value.startswith(self.fetchable):
+            value = {"filename": value, "data": b"(fetched by Telegram)"}
+        elif isinstance(value, str) and value.startswith("https://"):
+            raise _Reply(400, "Bad Request: wrong type of the web page content")
+        if not isinstance(value, dict) or "data" not in value:
+            raise _Reply(400, f"Bad Request: there is no {field_name} in the request")
+        if not value["data"]:
+            raise _Reply(400, "Bad Request: file must be non-empty")
+        caption = str(params.get("caption") or "")
+        if len(caption) > 1024:
+            raise _Reply(400, "Bad Request: message caption is too long")
+        sent = SentFile(method, chat_id, self._new_message_id(chat_id),
+                        str(value.get("filename") or ""), value["data"], caption)
+        with self._lock:
+            self._uploads.append(sent)
+        result = self._message_result(BotMessage(chat_id, sent.message_id, "", []))
+        del result["text"]
+        if caption:
+            result["caption"] = caption
+        size = len(sent.data)
+        if method == "sendPhoto":
+            result["photo"] = [{"file_id": f"photo-{sent.message_id}", "file_unique_id":
+                                f"u{sent.message_id}", "width": 1, "height": 1,
+                                "file_size": size}]
+        else:
+            result["document"] = {"file_id": f"doc-{sent.message_id}", "file_unique_id":
+                                  f"u{sent.message_id}", "file_name": sent.filename,
+                                  "file_size": size}
+        return result
+
+    async def _send_photo(self, params: dict[str, Any]) -> Any:
+        return await self._send_file(params, "sendPhoto", "photo")
+
+    async def _send_document(self, params: dict[str, Any]) -> Any:
+        return await self._send_file(params, "sendDocument", "document")
+
 
     # ------------------------------------------------------------------ inline keyboards
 
@@ -711,6 +808,9 @@ _METHODS: dict[str, _Handler] = {
     "editmessagetext": FakeTelegram._edit_message_text,
     "sendchataction": FakeTelegram._send_chat_action,
     "setmycommands": FakeTelegram._set_my_commands,
+    "sendphoto": FakeTelegram._send_photo,
+    "senddocument": FakeTelegram._send_document,
+    "getfile": FakeTelegram._get_file,
 }
 _METHODS.update({  # inline keyboards and their callback queries (elicitation)
     "sendmessage": FakeTelegram._send_message_keyboard,

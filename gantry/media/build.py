@@ -1,0 +1,132 @@
+"""The media of one message → the turn's text blocks and image parts (see gantry.media)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from gantry.media import convert
+from gantry.media.files import MediaError, TooLarge, place
+from gantry.media.kinds import Media, duration_text
+from gantry.media.transcribe import UNSET_REPLY, Transcriber
+from gantry.wire.openai import ImagePart
+
+log = logging.getLogger("gantry.media")
+
+Fetch = Callable[[Media, Path, int], Awaitable[None]]
+"""Put one item's bytes at the path, writing at most the cap (raising TooLarge past it)."""
+
+DEFAULT_NAMES = {"photo": "photo.jpg", "image": "image", "voice": "voice.ogg",
+                 "audio": "audio", "document": "file"}
+
+
+@dataclass
+class Built:
+    """What a message's media adds to its turn: text blocks (one per item) and images."""
+
+    blocks: list[str] = field(default_factory=list)
+    images: list[ImagePart] = field(default_factory=list)
+
+
+def compose(*pieces: str) -> str:
+    """The turn's text: its non-empty pieces (quote, media blocks, caption) one per paragraph."""
+    return "\n\n".join(p.strip() for p in pieces if p and p.strip())
+
+
+def reader_for(cfg: Any, verify: Any = True) -> MediaReader:
+    """The process's MediaReader from the configuration: transcription when
+    LLM_TRANSCRIBE_MODEL is set, at LLM_TRANSCRIBE_BASE_URL/_API_KEY or else the chat
+    model's URL and key."""
+    transcriber = None
+    if cfg.llm_transcribe_model:
+        transcriber = Transcriber(cfg.llm_transcribe_base_url or cfg.llm_base_url,
+                                  cfg.llm_transcribe_api_key or cfg.llm_api_key,
+                                  cfg.llm_transcribe_model, verify=verify)
+    return MediaReader(cfg.data_dir, cfg.media_max_bytes, transcriber)
+
+
+@dataclass
+class MediaReader:
+    """Reads media within MEDIA_MAX_BYTES into model input (one per process)."""
+
+    data_dir: str
+    max_bytes: int
+    transcriber: Transcriber | None = None
+
+    async def aclose(self) -> None:
+        if self.transcriber is not None:
+            await self.transcriber.aclose()
+
+    def refusal(self, item: Media) -> str | None:
+        """Why an item is refused before anything is downloaded (its announced size, or voice
+        without transcription), else None."""
+        if item.size is not None and item.size > self.max_bytes:
+            return TooLarge(item.name, self.max_bytes, item.size).reply
+        if item.kind in ("voice", "audio") and self.transcriber is None:
+            return UNSET_REPLY
+        return None
+
+    async def read(self, items: Sequence[Media], fetch: Fetch) -> Built:
+        """Fetch and convert each item; MediaError (its reply for the user) when one cannot
+        be read as sent. Other exceptions (network) propagate for a retry."""
+        built = Built()
+        for item in items:
+            refused = self.refusal(item)
+            if refused is not None:
+                raise MediaError(refused)
+            dest = place(self.data_dir, item.key, item.name or DEFAULT_NAMES.get(item.kind, "file"))
+            await fetch(item, dest, self.max_bytes)
+            block, image, keep = await self._convert(item, dest)
+            if not keep:
+                with contextlib.suppress(OSError):
+                    dest.unlink()
+            built.blocks.append(block)
+            if image is not None:
+                built.images.append(image)
+        return built
+
+    async def _convert(self, item: Media, path: Path) -> tuple[str, ImagePart | None, bool]:
+        """(text block, image part or None, keep the file on disk)."""
+        size = os.path.getsize(path)
+        with open(path, "rb") as src:
+            head = src.read(16)
+        name = item.name or path.name
+        if item.kind in ("photo", "image"):
+            mime = convert.image_mime(head, item.mime)
+            if mime is not None and size <= convert.IMAGE_MAX_BYTES:
+                return convert.describe_image(item, size), convert.image_part(
+                    path.read_bytes(), mime), False
+            why = ("too large to show to the model" if mime is not None
+                   else "not an image format the model reads")
+            return convert.describe_kept(item, path, size, why), None, True
+        if item.kind in ("voice", "audio"):
+            assert self.transcriber is not None  # refusal() said so
+            text = await self.transcriber(path, name, item.mime)
+            length = duration_text(item.duration)
+            what = "voice message" if item.kind == "voice" else f"audio {name}"
+            head_line = f"[{what}{', ' + length if length else ''}, transcribed]"
+            return f"{head_line}\n{text or '(no speech recognised)'}", None, False
+        if convert.is_pdf(item, head):
+            try:
+                # CPU-bound (seconds for a big PDF): off the event loop
+                text, cut, pages = await anyio.to_thread.run_sync(convert.pdf_text, path)
+            except ValueError as exc:
+                return convert.describe_kept(item, path, size, str(exc)), None, True
+            if not text.strip():
+                return convert.describe_kept(item, path, size, "the PDF has no text layer "
+                                             "(scanned?)"), None, True
+            count = f"{pages} page" + ("" if pages == 1 else "s")
+            return convert.fenced(name, text, cut, f", PDF, {count}"), None, False
+        if convert.is_text_like(item):
+            read = convert.read_text(path)
+            if read is not None:
+                return convert.fenced(name, *read), None, False
+        return convert.describe_kept(item, path, size), None, True
