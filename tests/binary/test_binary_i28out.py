@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.binary.rootfs import Sandbox
-from tests.binary.test_binary import WAIT, _run_env, start  # noqa: F401
+from tests.binary.test_binary import WAIT, _run_env, binds, etc_gantry, start  # noqa: F401
 from tests.fakes.openai import Call, SendAttachment
 from tests.test_media_out import PNG
 
@@ -32,7 +32,7 @@ IMAGE_TOOLS = json.dumps({"tools": [{
 
 
 @pytest.fixture
-def image_binds(tmp_path_factory: pytest.TempPathFactory, sandbox: Sandbox) -> dict[str, Path]:
+def photo_binds(tmp_path_factory: pytest.TempPathFactory, sandbox: Sandbox) -> dict[str, Path]:
     """The static fixture at /opt/mcp, and a manifest offering its image tool."""
     from tests.fakes.mcp_servers import static_fixture, toml_server
 
@@ -50,7 +50,7 @@ def image_binds(tmp_path_factory: pytest.TempPathFactory, sandbox: Sandbox) -> d
 
 
 def test_a_tool_image_reaches_sendphoto_in_the_frozen_binary(
-    sandbox: Sandbox, start: Any, fake_openai: Any, image_binds: dict[str, Path]  # noqa: F811
+    sandbox: Sandbox, start: Any, fake_openai: Any, photo_binds: dict[str, Path]  # noqa: F811
 ) -> None:
     import base64
 
@@ -65,7 +65,7 @@ def test_a_tool_image_reaches_sendphoto_in_the_frozen_binary(
         run = start(
             _run_env(fake_openai.base_url, CHANNEL="telegram", TELEGRAM_BOT_TOKEN="123456:media",
                      TELEGRAM_ALLOWED_USERS="7", TELEGRAM_API_URL=tg_url),
-            data=data, extra_binds=image_binds,
+            data=data, extra_binds=photo_binds,
         )
         run.wait_stderr('"receiving"')
         tg.push_text(user_id=7, text="send me the image")

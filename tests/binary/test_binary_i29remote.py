@@ -93,7 +93,8 @@ def test_run_calls_a_remote_tool_and_status_shows_it(
         results = [m["content"] for m in fake.requests[1].messages if m["role"] == "tool"]
         assert results[0] == "Echo: over http" and "42" in results[1]
         run.send("/status")
-        assert "mcp every: up, 13 tools" in run.expect("restarts\n")
+        # 15: server-everything adds its elicitation tools for a client declaring the capability
+        assert "mcp every: up, 15 tools" in run.expect("restarts\n")
         run.close_stdin()
         assert run.wait_exit(20) == 0, run.stderr[-3000:]
     finally:
