@@ -96,7 +96,7 @@ STATIC_IMAGE_TOOLS = json.dumps({"tools": [{
 def test_the_static_fixtures_image_reaches_sendphoto(  # type: ignore[no-untyped-def]
     fakes: tuple[FakeTelegram, FakeOpenAI], run, tmp_path: Path  # noqa: F811
 ) -> None:
-    """The scenario tests/binary/test_binary_i28out.py runs in the frozen binary, here with
+    """The scenario tests/binary/test_binary_media_out.py runs in the frozen binary, here with
     the interpreter: the static C fixture's image tool, then send_attachment, then sendPhoto."""
     tg, llm = fakes
     png = tiny_image()
