@@ -211,26 +211,26 @@ def data_dir(args: Any, env: Mapping[str, str]) -> str:
     return args.data_dir or env.get("DATA_DIR", "").strip() or "/data"
 
 
+def _listing(args: Any, command: str, lister: Callable[[str, bool], tuple[bool, str]]) -> int:
+    """`gantry cron|watch list`: a read-only report from the database in DATA_DIR."""
+    env = environ(args, command)
+    if env is None:
+        return EXIT_FAIL
+    ok, text = lister(os.path.join(data_dir(args, env), "gantry.db"), args.all)
+    print(text, file=sys.stdout if ok else sys.stderr)
+    return EXIT_OK if ok else EXIT_FAIL
+
+
 def _cron(args: Any) -> int:
     from gantry.cron.report import list_jobs
 
-    env = environ(args, "cron")
-    if env is None:
-        return EXIT_FAIL
-    ok, text = list_jobs(os.path.join(data_dir(args, env), "gantry.db"), args.all)
-    print(text, file=sys.stdout if ok else sys.stderr)
-    return EXIT_OK if ok else EXIT_FAIL
+    return _listing(args, "cron", list_jobs)
 
 
 def _watch(args: Any) -> int:
     from gantry.watch.report import list_watches
 
-    env = environ(args, "watch")
-    if env is None:
-        return EXIT_FAIL
-    ok, text = list_watches(os.path.join(data_dir(args, env), "gantry.db"), args.all)
-    print(text, file=sys.stdout if ok else sys.stderr)
-    return EXIT_OK if ok else EXIT_FAIL
+    return _listing(args, "watch", list_watches)
 
 
 def _init(args: Any) -> int:

@@ -326,6 +326,18 @@ def _pick(q: Question, answer: str) -> str | None:
     return next((c for c in q.choices if c.casefold() == answer.strip().casefold()), None)
 
 
+async def _choose(dialog: Dialog, caller: Caller, text: str, choices: tuple[str, ...],
+                  timeout: float) -> str:
+    """One of `choices` (typed text is not an answer): asked again, MAX_TRIES at most."""
+    for _ in range(MAX_TRIES):
+        answer = await _ask(dialog, caller, Question(text, choices, False), timeout)
+        if (chosen := _pick(Question(text, choices), answer)) is not None:
+            return chosen
+        text = " or ".join(choices) + "?"
+    await dialog.tell(caller, "Too many answers that do not fit: the request is cancelled.")
+    raise _Ended("cancel")
+
+
 async def _field(dialog: Dialog, caller: Caller, f: Field, number: int, total: int,
                  timeout: float) -> tuple[bool, Value | None]:
     """(answered, value) for one field; (False, None) when the user skipped it."""
@@ -360,13 +372,7 @@ async def converse_form(dialog: Dialog, caller: Caller, server: str, message: st
     intro = (f"MCP server {server!r} asks:\n{message}\n\n"
              f"{len(wanted)} question(s) follow; /cancel cancels.")
     try:
-        while True:
-            answer = await _ask(dialog, caller, Question(intro, (ANSWER, DECLINE), False),
-                                timeout)
-            if (chosen := _pick(Question(intro, (ANSWER, DECLINE)), answer)) is not None:
-                break
-            intro = f"{ANSWER} or {DECLINE}?"
-        if chosen == DECLINE:
+        if await _choose(dialog, caller, intro, (ANSWER, DECLINE), timeout) == DECLINE:
             raise _Ended("decline")
         content: dict[str, Value] = {}
         for i, f in enumerate(wanted, 1):
@@ -389,13 +395,7 @@ async def converse_url(dialog: Dialog, caller: Caller, server: str, message: str
     text = (f"MCP server {server!r} asks you to open this link:\n{message}\n{url}\n\n"
             f"{ACCEPT} once you have opened it, or {DECLINE}.")
     try:
-        while True:
-            answer = await _ask(dialog, caller, Question(text, (ACCEPT, DECLINE), False),
-                                timeout)
-            chosen = _pick(Question(text, (ACCEPT, DECLINE)), answer)
-            if chosen is not None:
-                break
-            text = f"{ACCEPT} or {DECLINE}?"
+        chosen = await _choose(dialog, caller, text, (ACCEPT, DECLINE), timeout)
     except _Ended as end:
         await _said(dialog, caller, end.action)
         return Outcome(end.action)

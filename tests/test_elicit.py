@@ -144,6 +144,19 @@ async def test_a_bad_answer_is_asked_again_and_endless_ones_cancel() -> None:
 
 
 @pytest.mark.anyio
+async def test_an_answer_that_is_never_a_choice_cancels_after_max_tries() -> None:
+    """The opening Answer/Decline and URL mode's Accept/Decline are bounded like a field."""
+    for converse in (
+        lambda d: elicit.converse_form(d, ME, "srv", "How old?", SCHEMA, 5),
+        lambda d: elicit.converse_url(d, ME, "srv", "Sign in", "https://example.com/x", 5),
+    ):
+        chatty = Script(lambda q: "maybe later")
+        out = await converse(chatty)
+        assert out.action == "cancel" and len(chatty.asked) == elicit.MAX_TRIES
+        assert any("Too many answers" in t for t in chatty.told)
+
+
+@pytest.mark.anyio
 async def test_a_form_that_cannot_be_asked_is_declined_and_said() -> None:
     d = Script(lambda q: "Answer")
     out = await elicit.converse_form(d, ME, "srv", "?", {"properties": {"x": {}}}, 5)

@@ -21,6 +21,15 @@ SOURCE = Source("cron")
 PROMPT_MAX_CHARS = 4_000
 
 
+def number_arg(raw: object, problem: str) -> int:
+    """A job or watch number as the model sends it (`3`, `"3"`, `"#3"`); else `problem`."""
+    if isinstance(raw, str) and raw.strip().lstrip("#").isdecimal():
+        raw = int(raw.strip().lstrip("#"))
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        raise ToolError(problem)
+    return raw
+
+
 @dataclass
 class CronTools:
     store: CronStore
@@ -92,11 +101,7 @@ class CronTools:
 
     async def cancel(self, args: dict[str, Any]) -> str:
         session = self._session()
-        raw = args.get("id")
-        if isinstance(raw, str) and raw.strip().lstrip("#").isdecimal():
-            raw = int(raw.strip().lstrip("#"))
-        if not isinstance(raw, int) or isinstance(raw, bool):
-            raise ToolError("`id` must be a job number from cron_list")
+        raw = number_arg(args.get("id"), "`id` must be a job number from cron_list")
         if not self.store.cancel(raw, session, self.now()):
             raise ToolError(f"no active job #{raw} in this chat; cron_list shows its jobs")
         return f"cancelled job #{raw}"

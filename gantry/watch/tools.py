@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gantry.cron.schedule import describe
-from gantry.cron.tools import zone
+from gantry.cron.tools import number_arg, zone
 from gantry.tools import CALLER, Source, Tool, ToolError
 from gantry.watch.store import CapReached, Watch, WatchStore
 
@@ -141,11 +141,7 @@ class WatchTools:
 
     async def cancel(self, args: dict[str, Any]) -> str:
         session = self._session()
-        raw = args.get("id")
-        if isinstance(raw, str) and raw.strip().lstrip("#").isdecimal():
-            raw = int(raw.strip().lstrip("#"))
-        if not isinstance(raw, int) or isinstance(raw, bool):
-            raise ToolError("`id` must be a watch number from watch_list")
+        raw = number_arg(args.get("id"), "`id` must be a watch number from watch_list")
         watch = self.store.cancel(raw, session, self.now())
         if watch is None:
             raise ToolError(f"no watch #{raw} in this chat; watch_list shows its watches")
