@@ -7,6 +7,7 @@ by the host itself; the assertions on live children and fds check exactly that.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -220,13 +221,15 @@ async def test_100_crash_restart_cycles_leave_one_child_and_no_fd_growth(
         fds = 0
         for cycle in range(101):
             if cycle == 1:
+                gc.collect()  # earlier tests' unreferenced sockets close now, not mid-count
                 fds = open_fds()  # after one full cycle: lazily opened fds exist by now
             await reg.call("st__crash", "{}")
             await until(lambda c=cycle: server.state == "up" and server.restarts == c + 1,
                         what=f"restart {cycle + 1}")
         assert (await reg.call("st__echo", '{"text": "still here"}')).text == "still here"
         assert len(live_children()) == 1
-        assert open_fds() == fds
+        gc.collect()
+        assert open_fds() <= fds  # growth is the leak; fewer is an earlier test's late close
     assert live_children() == []
 
 
