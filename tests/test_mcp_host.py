@@ -66,7 +66,8 @@ async def running(
             tg.cancel_scope.cancel()
 
 
-async def until(predicate: object, timeout: float = 30.0, what: str = "condition") -> None:
+async def until(predicate: object, timeout: float = 60.0, what: str = "condition") -> None:
+    """Poll `predicate` until true (a ceiling, not a timing: the MCP tests share it)."""
     deadline = time.monotonic() + timeout
     while not predicate():  # type: ignore[operator]
         if time.monotonic() > deadline:

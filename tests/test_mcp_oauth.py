@@ -24,6 +24,7 @@ import pytest
 from gantry import db
 from gantry.mcp.login import LoginError, Pasted, parse_pasted
 from gantry.mcp.tokens import TokenStore, problem
+from tests.test_mcp_host import until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -376,12 +377,6 @@ async def test_run_time_refreshes_the_token_and_turns_a_refused_refresh_into_log
 # ------------------------------------------------------------------ the host
 
 
-async def until(predicate: Callable[[], bool], what: str) -> None:
-    with anyio.fail_after(30):
-        while not predicate():
-            await anyio.sleep(0.05)
-
-
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_host_boots_without_a_login_waits_for_one_and_says_so(
@@ -415,7 +410,7 @@ async def test_host_boots_without_a_login_waits_for_one_and_says_so(
             f"MCP server 'remote' needs an OAuth login: not logged in; {hint}")
 
         assert (await anyio.to_thread.run_sync(cli_login, env, "remote"))[0] == 0
-        await until(lambda: host.servers["remote"].state == "up", "up after the login")
+        await until(lambda: host.servers["remote"].state == "up", what="up after the login")
         assert (await host.call("remote", "whoami", {})).text == "operator"
         tokens = json.loads(stored(tmp_path).tokens)
 
@@ -423,7 +418,7 @@ async def test_host_boots_without_a_login_waits_for_one_and_says_so(
         result = await host.call("remote", "whoami", {})
         want = ("the authorization server refused the refresh token (HTTP 400); " + hint)
         assert result.error and result.text == f"MCP server 'remote' needs an OAuth login: {want}"
-        await until(lambda: host.servers["remote"].state == "needs login", "waiting")
+        await until(lambda: host.servers["remote"].state == "needs login", what="waiting")
         assert host.status_lines()[0].startswith(f"remote: needs login ({want})")
         asked = server.stats()
         await anyio.sleep(0.5)  # five looks at the row: none reaches the token endpoint

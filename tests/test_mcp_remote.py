@@ -9,7 +9,6 @@ import io
 import logging
 import os
 import sys
-import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -31,6 +30,7 @@ from tests.fakes.mcp_remote import (
     toml_remote,
 )
 from tests.fakes.mcp_servers import everything_command, toml_server
+from tests.test_mcp_host import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -55,14 +55,6 @@ async def running(manifest: str, environ: Mapping[str, str] = ENV,
             yield host
         finally:
             tg.cancel_scope.cancel()
-
-
-async def until(predicate: object, timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await anyio.sleep(0.05)
 
 
 @pytest.mark.parametrize("mode", ["streamableHttp", "sse"])
