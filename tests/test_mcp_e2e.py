@@ -32,6 +32,7 @@ from tests.fakes.mcp_servers import (
     time_command,
     toml_server,
 )
+from tests.fakes.mcp_remote import fixture_http, free_port, toml_remote
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
 from tests.test_mcp_host import BASE_ENV
 from tests.test_repl_tty import Repl, repl
@@ -261,7 +262,7 @@ def test_routed_status_and_tools_list_name_tools_search_the_same_way(
     (search,) = [line for line in lines if line.startswith("tools_search ")]
     assert "  routing  " in search and "built in" not in search
     summary = lines[-1]
-    assert " built in + tools_search + " in summary and "routed:" in summary
+    assert " built in + tools_search), ~" in summary and "routed:" in summary
     g.send("/status")
     assert f"\n{summary}\n" in g.expect("restarts\n")
     g.close_stdin()
@@ -331,3 +332,39 @@ def test_two_servers_under_the_limit_are_offered_every_tool_and_one_count(
     assert f"last call offered {total} (all offered)" in status
     r.type("\x04")
     assert r.wait_exit() == 0
+
+
+def test_a_down_server_s_cause_is_told_once_and_status_cuts_between_words(
+    spawn: Callable[..., Gantry], fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    """Issue 36 #3: a remote server that is down named its connection cause twice in every
+    error and log line, a server that went down logged two warnings per retry, and /status
+    cut the long error mid-word ("…attempts faile)")."""
+    far = f"http://127.0.0.1:{free_port()}/mcp/" + "/".join(["segment"] * 15)  # ~150 chars
+    cause = "All connection attempts failed"
+    with fixture_http() as near:
+        text = toml_remote("far", far, required=False) + toml_remote("near", near.url)
+        g = spawn(MCP_MANIFEST=manifest(tmp_path, text), LOG_LEVEL="debug")
+        g.wait_log("receiving", timeout=BOOT)
+    deadline = time.monotonic() + 90
+    while len(retries := [r for r in g.logs() if r.get("server") == "near"
+                          and r["message"] == "mcp server down; restarting"]) < 2:
+        assert time.monotonic() < deadline, "no two retries of the stopped server"
+        time.sleep(0.2)
+    g.send("/status")
+    status = g.expect("restarts\n")
+    line = next(s for s in status.splitlines() if s.startswith("mcp far: "))
+    shown = line.split("last error: ", 1)[1].rsplit("), ", 1)[0]
+    far_logs = [r for r in g.logs() if r.get("server") == "far"]
+    full = next(r["error"] for r in far_logs if r["message"].startswith("optional mcp server"))
+    assert full.count(cause) == 1, full
+    assert len(full) > 200 and shown.endswith("…") and len(shown) <= 200, shown
+    kept = shown[:-1]
+    assert full.startswith(kept) and full[len(kept)] == " ", (kept, full)
+    for record in far_logs + retries:
+        told = " ".join(str(v) for k, v in record.items() if k in ("error", "reason"))
+        assert told.count(cause) <= 1, record
+    assert sum(r.get("server") == "near" and r["level"] == "warning" for r in g.logs()) <= \
+        len(retries) + 1  # one warning per retry (and one when it dropped at most)
+    g.close_stdin()
+    assert g.wait_exit() == 0
