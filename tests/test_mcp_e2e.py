@@ -24,7 +24,7 @@ from gantry.mcp.elicitation import Elicitor
 from gantry.mcp.host import Host
 from gantry.mcp.manifest import parse
 from gantry.tools import Registry
-
+from tests.fakes.mcp_remote import fixture_http, free_port, toml_remote
 from tests.fakes.mcp_servers import (
     everything_command,
     python_fixture_toml,
@@ -32,7 +32,6 @@ from tests.fakes.mcp_servers import (
     time_command,
     toml_server,
 )
-from tests.fakes.mcp_remote import fixture_http, free_port, toml_remote
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
 from tests.test_mcp_host import BASE_ENV
 from tests.test_repl_tty import Repl, repl
