@@ -31,7 +31,7 @@ from gantry.session import (
     render_for_summary,
     unanswered_calls,
 )
-from gantry.tools import CALLER, Registry, offered
+from gantry.tools import CALLER, Offer, Registry, offered
 from gantry.turns import tool_call
 from gantry.vision import (
     EARLIER,
@@ -261,11 +261,11 @@ class Agent:
             f"model: {self.model.model}",
             f"history: {n} messages, ~{est_tokens(chars)} tokens (est.)",
             f"summary: {summary}",
-            offered(self.tools, self.router, session_id, shared=shared).summary(),
+            self._shown_offer(session_id, shared).summary(),
         ]
         lines += [f"mcp {line}" for line in (self.tool_status() if self.tool_status else [])]
         if self.router is not None:
-            lines.append(self.router.status())
+            lines.append(self.router.status(session_id))
         private = self.private_status_lines
         for line in self.status_lines if shared else [*self.status_lines, *private]:
             try:
@@ -414,12 +414,20 @@ class Agent:
         found = turn_attachments(turn, self.outbox, offered_ids(history))
         return pack(final, found) if found else final
 
+    def _shown_offer(self, session_id: str, shared: bool) -> Offer:
+        """The offer /status counts: when routing, what this chat's last model call carried
+        (the ranked tools depend on its message), so the count is the request's."""
+        offer = offered(self.tools, self.router, session_id, shared=shared)
+        if offer.routed and self.router is not None:
+            return self.router.last_offer(session_id) or offer
+        return offer
+
     def _offer(self, session_id: str, texts: list[str], shared: bool) -> list[ToolDef] | None:
         """The tools for the next model call: every one, or the routed few for big catalogs
         (never the private ones in a shared chat)."""
         offer = offered(self.tools, self.router, session_id, texts, shared=shared)
         if self.router is not None:
-            self.router.record(offer)
+            self.router.record(offer, session_id)
         return offer.schemas() or None
 
     def _end_routing(self, session_id: str) -> None:

@@ -260,8 +260,9 @@ def _shown(value: Any) -> str:
 
 def _clip(text: str) -> str:
     """One line of at most 120 characters."""
-    text = " ".join(text.split())
-    return text if len(text) <= 120 else text[:119] + "…"
+    from gantry.clip import clip
+
+    return clip(text, 120)
 
 
 async def check_mcp(cfg: Config, environ: Mapping[str, str]) -> list[Result]:

@@ -59,11 +59,13 @@ def build_channel(
     """The configured channel; aiogram is imported only for CHANNEL=telegram."""
     if cfg.channel == "stdio":
         from gantry.channel.stdio import Intro, StdioChannel
+        from gantry.tools import offered
 
         def intro(session_id: str) -> Intro:  # the terminal REPL's start line
             count, _chars = agent.sessions.stats(session_id)
             summary = bool(agent.sessions.summary(session_id))
-            return Intro(cfg.llm_model, len(agent.tools), count, summary)
+            tools = len(offered(agent.tools, agent.router, session_id))  # as /status counts
+            return Intro(cfg.llm_model, tools, count, summary)
 
         return StdioChannel(stream_replies=cfg.stream_replies,
                             intro=intro if agent is not None else None, media=media)

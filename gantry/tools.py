@@ -256,14 +256,17 @@ class Offer:
         return [t.schema() for t in self.tools]
 
     def summary(self) -> str:
-        """The line `/status` and `gantry tools list` both print: count, built-ins, cost."""
+        """The line `/status` and `gantry tools list` both print: the count and its parts
+        (built in, the router's helper, MCP servers'), which add up to it, and the cost."""
         builtin = sum(t.builtin and t.source != ROUTING for t in self.tools)
         helpers = "".join(f" + {t.name}" for t in self.tools if t.source == ROUTING)
-        line = (f"tools offered: {len(self.tools)} ({builtin} built in{helpers}), "
+        mcp = sum(t.source.mcp for t in self.tools)
+        parts = f"{builtin} built in{helpers}" + (f" + {mcp} MCP" if mcp else "")
+        line = (f"tools offered: {len(self.tools)} ({parts}), "
                 f"~{self.schema_tokens} schema tokens per request (est.)")
         if self.routed:
-            line += (f"; routed: each message also gets the best of {self.catalog} MCP "
-                     f"tools, at most {self.per_call}")
+            line += (f"; routed: the MCP tools are the best of {self.catalog} for each "
+                     f"message, at most {self.per_call}")
         return line
 
 

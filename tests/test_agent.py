@@ -134,7 +134,7 @@ async def test_commands(fake: FakeOpenAI, tmp_path: Path) -> None:
     await agent(msg("one"))
     status = await agent(msg("/status"))
     assert "history: 2 messages" in status and "(est.)" in status
-    assert "\ntools offered: 3 (0 built in), ~" in status
+    assert "\ntools offered: 3 (0 built in + 3 MCP), ~" in status
     assert "model: fake-model" in status and "summary: no" in status
     assert "/new" in await agent(msg("/help"))
     await agent(msg("/new@gantry_bot"))

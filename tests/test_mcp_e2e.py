@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,8 +17,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import anyio
 import pytest
 
+from gantry.mcp.elicitation import Elicitor
+from gantry.mcp.host import Host
+from gantry.mcp.manifest import parse
+from gantry.tools import Registry
+from tests.fakes.mcp_remote import fixture_http, free_port, toml_remote
 from tests.fakes.mcp_servers import (
     everything_command,
     python_fixture_toml,
@@ -26,10 +33,12 @@ from tests.fakes.mcp_servers import (
     toml_server,
 )
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
+from tests.test_mcp_host import BASE_ENV
+from tests.test_repl_tty import Repl, repl
 from tests.test_stdio_e2e import KEY, ROOT, Gantry, fake, spawn, wait_requests
 
 pytestmark = pytest.mark.slow
-__all__ = ["fake", "spawn"]  # fixtures used by name below
+__all__ = ["fake", "repl", "spawn"]  # fixtures used by name below
 
 BOOT = 90.0
 
@@ -221,7 +230,8 @@ def test_tools_list_is_what_the_model_is_offered(
                        "memory_recall", "memory_store", "send_attachment", "watch_add",
                        "watch_cancel", "watch_list"]  # send_attachment and watches come
     # with MCP servers
-    assert summary.startswith(f"tools offered: {len(listed)} (10 built in), ~")
+    mcp = len(listed) - 10
+    assert summary.startswith(f"tools offered: {len(listed)} (10 built in + {mcp} MCP), ~")
 
     fake.push(ToolCalls([Call("memory__crash", {}, id="c1")]), Reply("it broke"))
     g.ask("break the memory server", "it broke", timeout=BOOT)
@@ -230,8 +240,8 @@ def test_tools_list_is_what_the_model_is_offered(
     for request in (fake.requests[0], fake.requests[-1]):
         sent = request.body["tools"]
         assert [t["function"]["name"] for t in sent] == listed
-        assert summary == f"tools offered: {len(sent)} (10 built in), ~{wire_tokens(sent)} " \
-            "schema tokens per request (est.)"
+        assert summary == f"tools offered: {len(sent)} (10 built in + {mcp} MCP), " \
+            f"~{wire_tokens(sent)} schema tokens per request (est.)"
     g.send("/status")
     assert f"\n{summary}\n" in g.expect("restarts\n")
     g.close_stdin()
@@ -280,3 +290,80 @@ def test_tools_list_fails_with_the_server_s_reason(tmp_path: Path) -> None:
     assert proc.returncode == 1 and "MCP server 'st'" in proc.stderr
     assert proc.stderr.count("broken") == 1 and proc.stderr.count("could not start") == 1
     assert "Traceback" not in proc.stderr
+
+
+def test_two_servers_under_the_limit_are_offered_every_tool_and_one_count(
+    repl: Callable[..., Repl], fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    """Issue 36 #1 and #2: mcp-server-time and server-everything (well under the default 24
+    MCP tools) are not routed, though the ten built-ins bring the total past 24: the request
+    carries every MCP tool (listed by the servers themselves) and no tools_search; the REPL's
+    start line, /status and the request agree on one count whose parts add up."""
+    text = toml_server("time", [time_command()]) + toml_server("every", everything_command())
+
+    async def catalog() -> set[str]:  # as `gantry run` starts them: elicitation declared
+        registry = Registry()
+        host = Host(parse(text, BASE_ENV), registry, BASE_ENV, elicitor=Elicitor(timeout=60))
+        async with anyio.create_task_group() as tg:
+            with anyio.fail_after(BOOT):
+                await host.start(tg)
+            tg.cancel_scope.cancel()
+        return {t.name for t in registry.tools() if t.source.mcp}
+
+    mcp = anyio.run(catalog)
+    assert 10 + len(mcp) > 24 and len(mcp) <= 24  # the case the issue is about
+    r = repl(MCP_MANIFEST=manifest(tmp_path, text))
+    start = r.expect(" tool(s) · ", timeout=BOOT)
+    shown = re.search(r" · (\d+) tool\(s\) · $", start)
+    assert shown is not None, start
+    banner = int(shown.group(1))
+    r.expect("> ")
+    r.type("add four and five\r")
+    r.expect("echo: add four and five\n> ")
+    sent = [t["function"]["name"] for t in fake.requests[-1].body["tools"]]
+    assert mcp <= set(sent) and "tools_search" not in sent
+    r.type("/status\r")
+    status = r.expect("\n> ")
+    count = re.search(r"\ntools offered: (\d+) \((\d+) built in \+ (\d+) MCP\), ~", status)
+    assert count is not None, status
+    total, builtin, offered_mcp = map(int, count.groups())
+    assert banner == total == len(sent) == builtin + offered_mcp and offered_mcp == len(mcp)
+    assert f"last call offered {total} (all offered)" in status
+    r.type("\x04")
+    assert r.wait_exit() == 0
+
+
+def test_a_down_server_s_cause_is_told_once_and_status_cuts_between_words(
+    spawn: Callable[..., Gantry], fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    """Issue 36 #3: a remote server that is down named its connection cause twice in every
+    error and log line, a server that went down logged two warnings per retry, and /status
+    cut the long error mid-word ("…attempts faile)")."""
+    far = f"http://127.0.0.1:{free_port()}/mcp/" + "/".join(["segment"] * 15)  # ~150 chars
+    cause = "All connection attempts failed"
+    with fixture_http() as near:
+        text = toml_remote("far", far, required=False) + toml_remote("near", near.url)
+        g = spawn(MCP_MANIFEST=manifest(tmp_path, text), LOG_LEVEL="debug")
+        g.wait_log("receiving", timeout=BOOT)
+    deadline = time.monotonic() + 90
+    while len(retries := [r for r in g.logs() if r.get("server") == "near"
+                          and r["message"] == "mcp server down; restarting"]) < 2:
+        assert time.monotonic() < deadline, "no two retries of the stopped server"
+        time.sleep(0.2)
+    g.send("/status")
+    status = g.expect("restarts\n")
+    line = next(s for s in status.splitlines() if s.startswith("mcp far: "))
+    shown = line.split("last error: ", 1)[1].rsplit("), ", 1)[0]
+    far_logs = [r for r in g.logs() if r.get("server") == "far"]
+    full = next(r["error"] for r in far_logs if r["message"].startswith("optional mcp server"))
+    assert full.count(cause) == 1, full
+    assert len(full) > 200 and shown.endswith("…") and len(shown) <= 200, shown
+    kept = shown[:-1]
+    assert full.startswith(kept) and full[len(kept)] == " ", (kept, full)
+    for record in far_logs + retries:
+        told = " ".join(str(v) for k, v in record.items() if k in ("error", "reason"))
+        assert told.count(cause) <= 1, record
+    assert sum(r.get("server") == "near" and r["level"] == "warning" for r in g.logs()) <= \
+        len(retries) + 1  # one warning per retry (and one when it dropped at most)
+    g.close_stdin()
+    assert g.wait_exit() == 0

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gantry.mcp.manifest import DEFAULT_PATH, ManifestError, ServerSpec, load, parse
+from gantry.mcp.manifest import ALLOWED, DEFAULT_PATH, ManifestError, ServerSpec, load, parse
 
 PY = sys.executable
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TOKEN": "s3cret", "HOME": "/home/x"}
@@ -253,3 +253,21 @@ redirect_uri = "https://example.test/callback"
     )
     assert spec.client_secret == "s3cret" and spec.scopes == ["repo", "read:org"]
     assert "s3cret" not in repr(spec) and "gantry-app" in repr(spec)
+
+
+def test_a_misspelt_key_is_named_with_a_guess_and_the_rest_still_checked() -> None:
+    """Issue 36 #7: `comand` hid that the server then has no command; both are said."""
+    found = problems('[[server]]\nname = "time"\ncomand = "mcp-server-time"\nrequird = false\n'
+                     'zzzqqq = 1\n')
+    assert found == [
+        "server 'time': unknown key 'comand'; did you mean `command`?",
+        "server 'time': unknown key 'requird'; did you mean `required`?",
+        f"server 'time': unknown key 'zzzqqq'; allowed: {', '.join(ALLOWED)}",
+        "server 'time': needs either command (a child over stdio) or url (a remote server)",
+    ]
+
+
+def test_allowed_keys_are_the_spec_s_fields() -> None:
+    """Keys outside ALLOWED are dropped before decoding: a field missing from it would be
+    silently ignored."""
+    assert sorted(ALLOWED) == sorted(ServerSpec.__struct_fields__)

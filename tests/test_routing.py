@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import anyio
@@ -87,6 +88,19 @@ def test_small_catalog_offers_everything() -> None:
     assert set(offer.names) == set(reg.names()) - {SEARCH_TOOL}
 
 
+def test_builtin_tools_do_not_count_toward_the_routing_threshold() -> None:
+    """Issue 36 #1: routing starts when the *MCP* tools outnumber TOOLS_MAX_PER_TURN (as
+    docs/mcp.md says); ten built-ins next to sixteen MCP tools used to tip 26 > 24."""
+    reg = _registry(filler=18)  # 6 + 18 = 24 MCP tools, the limit itself
+    for i in range(9):
+        reg.register(_tool(f"builtin_{i}", f"Built-in helper {i}", "x", "builtin"))
+    offer = _router(reg, max_per_turn=24).offer("s", ["add four and five"])
+    assert not offer.routed and offer.catalog == 24
+    assert set(offer.names) == set(reg.names()) - {SEARCH_TOOL}
+    reg.register(_tool("misc__widget_extra", "One more widget", "knob", "misc"))
+    assert _router(reg, max_per_turn=24).offer("s", ["widget"]).routed  # 25 MCP tools
+
+
 @pytest.mark.parametrize(("query", "want"), [
     ("will it rain in Paris today? what's the weather", "srv__get_current_weather"),
     ("put a dentist appointment in my calendar on friday", "srv__createCalendarEvent"),
@@ -117,7 +131,7 @@ def test_offered_asks_the_router_without_touching_its_last_call() -> None:
     assert shown.summary() == (  # the router's helper is named, not counted as a built-in
         f"tools offered: 2 (1 built in + tools_search), ~{shown.schema_tokens} schema tokens "
         "per request "
-        "(est.); routed: each message also gets the best of 106 MCP tools, at most 5")
+        "(est.); routed: the MCP tools are the best of 106 for each message, at most 5")
     assert offered(reg, router, "s", ["email Bob the report"]).names == sent.names
 
 
@@ -215,6 +229,13 @@ async def test_agent_offers_routed_tools_and_a_found_tool_in_the_same_turn(tmp_p
     assert len([n for n in offered[0] if n.startswith(("srv__", "misc__"))]) <= 4
     assert "srv__searchFlights" in offered[1]  # found mid-turn, offered on the next call
     assert "tool routing: catalog 106" in status
+    # Issue 36 #2: /status counts what the last request carried, in parts that add up
+    sent = len(offered[-1])
+    count = re.search(r"\ntools offered: (\d+) \((\d+) built in \+ tools_search \+ (\d+) MCP\)",
+                      status)
+    assert count is not None, status
+    total, builtin, mcp = map(int, count.groups())
+    assert total == sent == builtin + 1 + mcp and f"last call offered {sent} (routed)" in status
     assert router.offer("t:1", ["unrelated words"]).names.count("srv__searchFlights") == 1
 
 

@@ -69,7 +69,7 @@ def test_offered_is_every_tool_without_a_router_and_counts_its_schemas() -> None
     assert offer.names == ["memory_store", "srv__a"] and len(offer) == 2
     wire = [msgspec.json.encode(s).decode() for s in offer.schemas()]
     assert offer.schema_tokens == sum((len(w) + 3) // 4 for w in wire)
-    assert offer.summary() == (f"tools offered: 2 (1 built in), ~{offer.schema_tokens} "
+    assert offer.summary() == (f"tools offered: 2 (1 built in + 1 MCP), ~{offer.schema_tokens} "
                                "schema tokens per request (est.)")
     assert offered(Registry()).summary().startswith("tools offered: 0 (0 built in), ~0 ")
 

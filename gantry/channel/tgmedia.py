@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from gantry.clip import clip
 from gantry.media.convert import IMAGE_MIMES
 from gantry.media.kinds import Media, duration_text
 
@@ -37,11 +38,6 @@ def best_photo(sizes: list[Any]) -> Any:
     return min(sizes, key=lambda s: s.width * s.height)
 
 
-def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
 def quote_of(msg: Any, bot_id: int) -> str:
     """`[replying to …: «text»]` for a reply (the quoted part if the user picked one), bounded;
     "" for a message that replies to nothing."""
@@ -56,7 +52,7 @@ def quote_of(msg: Any, bot_id: int) -> str:
     if not text:
         return f"[replying to {whose}{': a ' + kind if kind else ''}]"
     what = f" ({kind})" if kind else ""
-    return f"[replying to {whose}{what}: «{_clip(text, QUOTE_MAX_CHARS)}»]"
+    return f"[replying to {whose}{what}: «{clip(text, QUOTE_MAX_CHARS)}»]"
 
 
 def _kind_word(msg: Any) -> str:
@@ -114,8 +110,8 @@ def described(msg: Any) -> str:
         return f"[sticker{' ' + s.emoji if s.emoji else ''}]"
     if msg.poll:
         p = msg.poll
-        options = "; ".join(_clip(o.text, 80) for o in p.options[:10])
-        return f"[poll: {_clip(p.question, 200)} — options: {options}]"
+        options = "; ".join(clip(o.text, 80) for o in p.options[:10])
+        return f"[poll: {clip(p.question, 200)} — options: {options}]"
     if msg.dice:
         return f"[dice {msg.dice.emoji}: {msg.dice.value}]"
     for attr, word in (("video", "video"), ("video_note", "video message"),

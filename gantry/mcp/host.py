@@ -137,6 +137,14 @@ def _redacted(text: str) -> str:
     return Redactor().text(text)
 
 
+def _besides(text: str, known: str) -> str:
+    """What `text` adds to `known`: a connection failure's cause, named both by the transport
+    and by the exception, is told once (every log line and /status carry it)."""
+    if text in known:
+        return ""
+    return text.split(known, 1)[1].strip() if known and known in text else text
+
+
 def _describe(exc: BaseException) -> str:
     """One line for an exception, looking inside exception groups for the real cause."""
     exc = _cause(exc)
@@ -257,9 +265,6 @@ class Server:
                     log.warning("optional mcp server unavailable; gantry runs without it and "
                                 "keeps retrying", extra={"server": self.name, "error": message})
                     task_status.started()
-                elif ever_up and not isinstance(cause, ServerStartError):
-                    log.warning("mcp server failed", extra={"server": self.name,
-                                                             "error": reason})
             finally:
                 self.session = None
             if up_at and time.monotonic() - up_at >= STABLE_AFTER:
@@ -304,7 +309,10 @@ class Server:
         verb = "could not connect" if self.spec.remote else "could not start"
         msg = f"MCP server {self.name!r} ({self.spec.where}) {verb}: {error}"
         if self.spec.remote:
-            return _redacted(f"{msg} ({tail})" if tail and tail not in error else msg)
+            extra = _besides(tail, error)
+            if extra:
+                msg += f" {extra}" if extra.startswith("(") else f" ({extra})"
+            return _redacted(msg)
         if tail:
             msg += "\nlast lines of its stderr:\n  " + "\n  ".join(tail.splitlines()[-10:])
         return msg
@@ -345,7 +353,8 @@ class Server:
             if isinstance(exc, TimeoutError):
                 why = f"no answer to {step} within {INIT_TIMEOUT:g} s"
             elif ended is not None:  # a remote's HTTP status, and what its body said
-                why = f"{ended}; {_describe(exc)}" if self.spec.remote else ended
+                extra = _besides(_describe(exc), ended) if self.spec.remote else ""
+                why = f"{ended}; {extra}" if extra else ended
             else:
                 why = _describe(exc)
             raise ServerStartError(self._start_message(why, link.tail())) from None
@@ -654,8 +663,10 @@ class Server:
         if self.session is None and self.login is not None and self.login.reason:
             state = f"needs login ({self.login.reason})"
         elif self.session is None and self.error:
+            from gantry.clip import clip
+
             optional = "optional, " if not self.spec.required else ""
-            state += f" ({optional}last error: {self.error[:200]})"
+            state += f" ({optional}last error: {clip(self.error, 200)})"
         return (f"{self.name}: {state}, {tools}, {calls} calls, "
                 f"{errors} errors, {self.restarts} restarts")
 

@@ -176,8 +176,7 @@ def _decode_error(where: str, exc: msgspec.ValidationError) -> str:
     msg, _, at = text.partition(" - at `$")
     key = at.rstrip("`").lstrip(".") if at else ""
     if msg.startswith("Object contains unknown field"):
-        field = msg.split("`")[1] if "`" in msg else "?"
-        return f"{where}: unknown key {field!r} (allowed: {', '.join(ALLOWED)})"
+        return _unknown_key(where, msg.split("`")[1] if "`" in msg else "?")
     if msg.startswith("Object missing required field"):
         field = msg.split("`")[1] if "`" in msg else "?"
         return f"{where}: missing required key {field!r}"
@@ -187,6 +186,15 @@ def _decode_error(where: str, exc: msgspec.ValidationError) -> str:
 ALLOWED = ("name", "command", "args", "env", "cwd", "url", "transport", "headers", "allow_http",
            "required", "timeout_seconds", "auth", "client_id", "client_secret", "scopes",
            "redirect_uri")
+
+
+def _unknown_key(where: str, key: str) -> str:
+    """A key no server takes, with the one it is probably a typo of (`comand`)."""
+    import difflib
+
+    near = difflib.get_close_matches(key, ALLOWED, n=1, cutoff=0.6)
+    hint = f"did you mean `{near[0]}`?" if near else f"allowed: {', '.join(ALLOWED)}"
+    return f"{where}: unknown key {key!r}; {hint}"
 
 
 def _resolve_command(command: str, path_env: str | None) -> str | None:
@@ -219,6 +227,10 @@ def parse(text: str, environ: Mapping[str, str], path: str = "mcp.toml") -> list
         if not isinstance(raw, dict):
             problems.append(f"{where}: must be a table")
             continue
+        # Unknown keys are reported, and the rest is checked as if they were not there: a
+        # misspelt `comand` also means the server has no command, and both are said.
+        problems += [_unknown_key(where, str(k)) for k in raw if k not in ALLOWED]
+        raw = {k: v for k, v in raw.items() if k in ALLOWED}
         try:
             spec = msgspec.convert(raw, ServerSpec)
         except msgspec.ValidationError as exc:

@@ -168,6 +168,7 @@ class Router:
         self._indexed_version = -1
         self._sticky: dict[str, list[str]] = {}
         self._found: dict[str, list[str]] = {}
+        self._last: dict[str, Offer] = {}
         self.last: Offer | None = None
 
     def _catalog(self) -> list[Any]:
@@ -184,7 +185,7 @@ class Router:
         catalog = self._catalog()
         others = [t for t in self.registry.tools()
                   if not self.is_catalog(t) and t.name != SEARCH_TOOL]
-        routed = len(catalog) + len(others) > self.max_per_turn
+        routed = len(catalog) > self.max_per_turn  # MCP tools only: built-ins are always sent
         if not routed:
             names = [t.name for t in (*others, *catalog)]
         else:
@@ -193,14 +194,24 @@ class Router:
         tools = tuple(t for n in sorted(set(names)) if (t := self.registry.get(n)) is not None)
         return Offer(tools, routed, len(catalog), self.max_per_turn)
 
-    def record(self, offer: Offer) -> None:
-        """What the last model call was offered, for the /status routing line."""
+    def record(self, offer: Offer, session: str = "") -> None:
+        """What the last model call (of `session`) was offered, for /status: its count is
+        the one the request carried."""
         self.last = offer
+        if session:
+            self._last.pop(session, None)
+            self._last[session] = offer
+            while len(self._last) > MAX_SESSIONS:
+                del self._last[next(iter(self._last))]
+
+    def last_offer(self, session: str) -> Offer | None:
+        """What the last model call of `session` carried (None before its first call)."""
+        return self._last.get(session)
 
     def offer(self, session: str, texts: Sequence[str]) -> Offer:
         """`select`, recorded as the last call's offer."""
         offer = self.select(session, texts)
-        self.record(offer)
+        self.record(offer, session)
         return offer
 
     def _pick(self, session: str, texts: Sequence[str], catalog: set[str]) -> list[str]:
@@ -236,9 +247,10 @@ class Router:
     def end_turn(self, session: str) -> None:
         self._found.pop(session, None)
 
-    def status(self) -> str:
-        """The /status line: catalog size and what the last model call was offered."""
-        last = self.last
+    def status(self, session: str = "") -> str:
+        """The /status line: catalog size and what the last model call (of `session`, if
+        it made one) was offered."""
+        last = self._last.get(session, self.last) if session else self.last
         if last is None:
             return f"tool routing: at most {self.max_per_turn} tools per call; nothing offered yet"
         mode = "routed" if last.routed else "all offered"
