@@ -203,6 +203,11 @@ def render_hits(rows: Sequence[Row]) -> str:
     return "\n".join(f"#{r.id} {r.line()} ({r.created_at[:10]})" for r in rows)
 
 
+def stored_reply(row: Row, new: bool) -> str:
+    """What storing says, to the model (memory_store) and on the CLI (`gantry memory add`)."""
+    return f"{'stored' if new else 'already stored as'} #{row.id}: {row.line()}"
+
+
 def estimate_df(found: Sequence[int], top: int, per_term: int) -> float:
     """Rows containing a term, from its newest `found` rowids (descending).
 
