@@ -19,6 +19,7 @@ from gantry import db
 from gantry.memory import ranking
 from gantry.memory.mcp_backend import rank_local
 from gantry.memory.store import MemoryStore, Row
+from tests.schema import database_at
 
 ROOT = Path(__file__).parent.parent
 T = "2026-01-01T00:00:00.000000Z"
@@ -71,11 +72,8 @@ def test_a_database_from_before_0012_becomes_searchable_in_place(tmp_path: Path)
     """Rows written at schema 11 (no grams) are indexed when the migrated store opens; the
     rows themselves are unchanged, and the index stays consistent."""
     path = tmp_path / "gantry.db"
-    conn = apsw.Connection(str(path))
+    conn = database_at(path, 11)
     with conn:
-        for version, _name, sql in db.migrations()[:11]:
-            conn.execute(sql)
-            conn.execute(f"PRAGMA user_version = {version}")
         for text in [*ROWS, "adopted a cat"]:
             conn.execute(
                 "INSERT INTO memory (kind, subject, content, source, created_at, updated_at) "
