@@ -1,4 +1,4 @@
-"""`gantry memory list|search|forget|flagged|export|import` (distroless has no sqlite3)."""
+"""`gantry memory add|list|search|forget|flagged|export|import` (distroless has no sqlite3)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 
 from gantry import db
 from gantry.cli import main
-from gantry.memory.store import MemoryStore
+from gantry.memory import cli as memory_cli
+from gantry.memory.store import KINDS, MemoryStore
 
 
 @pytest.fixture
@@ -106,6 +107,49 @@ def test_export_help_documents_the_persona_dir(capsys: pytest.CaptureFixture[str
     assert "--persona-dir DIR" in text and "core record" in text and "--no-core" in text
 
 
+def test_add_stores_an_operator_memory_once(
+    data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 36 item 11: the `operator` source without sqlite3."""
+    code, out, _ = run(capsys, "memory", "add", "--kind", "person", "--subject", "Mom",
+                       "calls", "on", "Sundays", "--data-dir", str(data))
+    assert (code, out) == (0, "stored #4: (person) Mom: calls on Sundays\n")
+    code, out, _ = run(capsys, "memory", "add", "--kind", "person", "--subject", "mom",
+                       "calls on Sundays", "--data-dir", str(data))
+    assert (code, out) == (0, "already stored as #4: (person) Mom: calls on Sundays\n")
+    store = MemoryStore(db.connect(data / "gantry.db"))
+    assert [(r.source, r.line()) for r in store.search("sundays")] == [
+        ("operator", "(person) Mom: calls on Sundays")]
+    _, out, _ = run(capsys, "memory", "add", "我的猫叫小白", "--data-dir", str(data))
+    assert out == "stored #5: (fact) : 我的猫叫小白\n"
+    assert [r.id for r in store.search("小白")] == ["5"]
+
+
+def test_add_refuses_bad_input_clearly_and_stores_nothing(
+    data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "memory", "add", "--subject", "a:b", "x",
+                         "--data-dir", str(data))
+    assert (code, out) == (1, "") and err.startswith("gantry memory add: subject must not")
+    code, _, err = run(capsys, "memory", "add", "y" * 501, "--data-dir", str(data))
+    assert code == 1 and "content is 501 chars (max 500)" in err
+    with pytest.raises(SystemExit) as exc:
+        main(["memory", "add", "--kind", "mood", "x", "--data-dir", str(data)])
+    assert exc.value.code == 2 and "invalid choice: 'mood'" in capsys.readouterr().err
+    assert len(MemoryStore(db.connect(data / "gantry.db")).rows(include_inactive=True)) == 3
+
+
+def test_add_creates_the_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "new"
+    assert run(capsys, "memory", "add", "likes tea", "--data-dir", str(data))[0] == 0
+    assert [r.line() for r in MemoryStore(db.connect(data / "gantry.db")).rows()] == [
+        "(fact) : likes tea"]
+
+
+def test_the_cli_kinds_are_the_stores() -> None:
+    assert memory_cli.KINDS == KINDS
+
+
 def test_missing_database_is_a_clear_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -119,7 +163,7 @@ def test_memory_needs_a_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
     assert exc.value.code == 2
 
 
-@pytest.mark.parametrize("cmd", [["mcp-memory"], ["memory"], ["memory", "list"],
+@pytest.mark.parametrize("cmd", [["mcp-memory"], ["memory"], ["memory", "add"], ["memory", "list"],
                                  ["memory", "export"], ["memory", "import"]])
 def test_help(cmd: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:

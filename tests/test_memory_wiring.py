@@ -16,7 +16,8 @@ from gantry.channel.base import Inbound
 from gantry.config import load
 from gantry.mcp.host import CallResult
 from gantry.memory.mcp_backend import SHAPE_AIGPT, SHAPE_TOOLS
-from gantry.memory.wiring import MemoryParts, build
+from gantry.memory.store import KINDS
+from gantry.memory.wiring import MemoryParts, build, counts_line
 from gantry.prompt import PRECEDENCE
 from gantry.provider import Provider, RetryPolicy
 from gantry.session import SessionStore
@@ -92,7 +93,7 @@ async def test_store_then_recall_across_new(fake: FakeOpenAI, setup: Any) -> Non
     recalled = next(m for m in fake.last_request.messages if m["role"] == "tool")["content"]
     assert recalled.startswith("#1 (person) mom: prefers calls over texts (")
     status = await agent(msg("/status"))
-    assert "memory (builtin): 0 fact, 0 preference, 1 person" in status
+    assert "memory (builtin): 0 facts, 0 preferences, 1 person" in status
 
 
 def in_group(text: str) -> Inbound:
@@ -159,7 +160,7 @@ async def test_group_status_shows_no_memory_counts_and_the_group_tools(
     agent, parts, _registry = await setup()
     await parts.memory.store("person", "mom", "prefers calls over texts")
     private = await agent(msg("/status"))
-    assert "memory (builtin): 0 fact, 0 preference, 1 person" in private
+    assert "memory (builtin): 0 facts, 0 preferences, 1 person" in private
     assert "\ntools offered: 3 (3 built in), ~" in private
     group = await agent(in_group("/status"))
     assert "memory (builtin)" not in group and "1 person" not in group
@@ -270,3 +271,15 @@ async def test_a_down_mcp_backend_costs_the_block_and_tool_errors_not_the_reply(
         assert "restarting" in results[call_id] and "MemoryInputError" not in results[call_id]
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
     assert "memory hydration skipped: the memory backend failed" in caplog.messages
+
+
+def test_status_counts_are_plural_but_for_one() -> None:
+    """Issue 36 item 13: '0 fact, 0 preference' read wrong."""
+    counts = {"fact": 1, "preference": 0, "person": 2, "episode": 1, "insight": 3,
+              "inactive": 4, "flagged": 1}
+    assert counts_line(counts, "builtin") == (
+        "memory (builtin): 1 fact, 0 preferences, 2 people, 1 episode, 3 insights; "
+        "4 inactive, 1 flagged")
+    plural = counts_line(dict.fromkeys(KINDS, 5), "builtin")
+    assert plural.startswith("memory (builtin): 5 facts, 5 preferences, 5 people, 5 episodes, "
+                             "5 insights;")

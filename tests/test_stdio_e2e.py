@@ -223,7 +223,8 @@ def test_new_and_status(spawn: Callable[..., Gantry], fake: FakeOpenAI) -> None:
     g.ask("and the colour blue", "echo: and the colour blue")
 
     g.send("/status")
-    status = g.expect(" schema tokens per request (est.)\nmemory (builtin): 0 fact")
+    status = g.expect(" schema tokens per request (est.)\nmemory (builtin): 0 facts, "
+                      "0 preferences, 0 people, 0 episodes, 0 insights;")
     assert "\ntools offered: 3 (3 built in), ~" in status
     assert re.search(r"\bup \d+h \d+m \d+s\b", status), status
     assert f"model: {MODEL}" in status

@@ -1,7 +1,7 @@
 """`gantry mcp-memory` and `gantry memory …`: serve, inspect and move memory without sqlite3.
 
-Distroless has no sqlite3, so the binary itself lists, searches, deletes and shows flagged
-contradictions. Imports stay inside the commands: building the parser must stay cheap.
+Distroless has no sqlite3, so the binary itself adds, lists, searches, deletes and shows
+flagged contradictions. Imports stay inside the commands: building the parser must stay cheap.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 from gantry.envfile import add_option as env_file_option
 
 COMMANDS = ("mcp-memory", "memory")
+KINDS = ("fact", "preference", "person", "episode", "insight")  # store.KINDS, without apsw
 
 
 def _env(environ: Mapping[str, str], name: str, default: str) -> str:
@@ -35,10 +36,21 @@ def add_parsers(sub: Any) -> None:
     mcp.add_argument("--did", default="self", help="DID used in record URIs (default 'self')")
 
     mem = sub.add_parser("memory", help="inspect, edit, export or import long-term memory")
-    msub = mem.add_subparsers(dest="memory_command", metavar="{list,search,forget,flagged,"
+    msub = mem.add_subparsers(dest="memory_command", metavar="{add,list,search,forget,flagged,"
                               "export,import}", required=True)
+    add = msub.add_parser("add", help="store a memory yourself (source 'operator')",
+                          description="Store one statement as the model's memory_store would, "
+                          "with source 'operator'; an exact duplicate of an active row is not "
+                          "stored twice. Creates the database if there is none yet.")
+    add.add_argument("content", nargs="+", help="the statement (words are joined by spaces)")
+    add.add_argument("--kind", default="fact",
+                     choices=KINDS,
+                     help="default fact")
+    add.add_argument("--subject", default="",
+                     help="who or what it is about, e.g. mom (no ':'; default none)")
+    _dirs(add)
     ls = msub.add_parser("list", help="active memories, newest first")
-    ls.add_argument("--kind", choices=("fact", "preference", "person", "episode", "insight"))
+    ls.add_argument("--kind", choices=KINDS)
     ls.add_argument("--all", action="store_true", help="include expired and superseded rows")
     ls.add_argument("--limit", type=int, default=100)
     _dirs(ls)
@@ -99,12 +111,13 @@ def _memory(args: Any, data_dir: str, env: Mapping[str, str]) -> int:
     from gantry.memory.store import MemoryStore, render_hits
 
     path = os.path.join(data_dir, "gantry.db")
-    if args.memory_command != "import" and not os.path.isfile(path):
+    creates = args.memory_command in ("add", "import")
+    if not creates and not os.path.isfile(path):
         print(f"gantry memory: no database at {path}; set DATA_DIR or --data-dir",
               file=sys.stderr)
         return 1
     try:
-        if args.memory_command == "import":
+        if creates:
             db.ensure_data_dir(data_dir)
         conn = db.connect(path)
     except db.DatabaseError as exc:
@@ -113,6 +126,8 @@ def _memory(args: Any, data_dir: str, env: Mapping[str, str]) -> int:
     try:
         store = MemoryStore(conn)
         cmd = args.memory_command
+        if cmd == "add":
+            return _add(store, args)
         if cmd == "list":
             rows = store.rows(args.kind, args.all, args.limit)
             for r in rows:
@@ -135,6 +150,18 @@ def _memory(args: Any, data_dir: str, env: Mapping[str, str]) -> int:
             return _import(store, args)
     finally:
         conn.close()
+    return 0
+
+
+def _add(store: Any, args: Any) -> int:
+    from gantry.memory.store import MemoryInputError, stored_reply
+
+    try:
+        row, new = store.add(args.kind, args.subject, " ".join(args.content), source="operator")
+    except MemoryInputError as exc:
+        print(f"gantry memory add: {exc}", file=sys.stderr)
+        return 1
+    print(stored_reply(row, new))
     return 0
 
 

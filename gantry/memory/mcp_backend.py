@@ -29,6 +29,7 @@ from gantry.memory.store import (
     Row,
     format_line,
     parse_line,
+    row_text,
     terms,
     validate,
 )
@@ -204,7 +205,7 @@ def rank_local(rows: Sequence[Row], query: str, limit: int, every: bool = False)
         return []
     scored = []
     for pos, row in enumerate(rows):
-        have = set(terms(f"{row.subject} {row.content}", limit=10_000))
+        have = set(terms(row_text(row.subject, row.content), limit=10_000))
         hits = len(wanted & have)
         if hits and (not every or hits == len(wanted)):
             scored.append((hits, row.created_at, pos, row))

@@ -21,6 +21,17 @@ STEM_WEIGHT = 0.9  # a match by stem only ('adopted' for 'adopt') against an exa
 RECENCY_WEIGHT = 0.1  # a fresh row scores at most this much more than an old one
 RECENCY_DAYS = 30.0  # ... halving with every RECENCY_DAYS of age
 _WORD = re.compile(r"\w+")
+# Chinese, Japanese and Korean letters: Han (with its radicals, numerals and marks like 々),
+# kana (half-width too), bopomofo and Hangul. unicode61 makes a run of them one token, so
+# they also get overlapping pairs (see grams); only word characters (\w) ever reach this.
+_CJK_CHARS = (
+    "\u1100-\u11ff\u2e80-\u2fdf\u3005-\u3007\u3021-\u3029\u3031-\u3035\u3038-\u303c"
+    "\u3041-\u309f\u30a1-\u30ff\u3105-\u312f\u3131-\u318f\u31a0-\u31bf\u31f0-\u31ff"
+    "\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\uff66-\uff9f"
+    "\uffa0-\uffdc\U00020000-\U0003ffff"
+)
+_CJK = re.compile(f"[{_CJK_CHARS}]+")
+_PIECE = re.compile(f"[{_CJK_CHARS}]+|[^{_CJK_CHARS}]+")
 
 # Function words of English questions and statements: they match most rows and carry no
 # topic. Dropped from recall queries (never from forget's all-words match), unless a query
@@ -39,13 +50,46 @@ STOPWORDS = frozenset(_STOPWORDS.split())
 
 
 def words(text: str, limit: int = QUERY_TERMS) -> list[str]:
-    """Distinct lowercase words of `text` (first `limit`)."""
+    """Distinct lowercase words of `text` (first `limit`), as a query looks for them.
+
+    A word without CJK letters is itself (unicode61's word). A CJK run has no spaces
+    between its words, so it is looked for as its overlapping pairs of letters ('小白' in
+    '我的猫叫小白'), or as the one letter it is; grams() indexes both for every run."""
     out: dict[str, None] = {}
     for word in _WORD.findall(text.lower()):
-        out.setdefault(word, None)
-        if len(out) >= limit:
-            break
+        for piece in _pieces(word, index=False):
+            out.setdefault(piece, None)
+            if len(out) >= limit:
+                return list(out)
     return list(out)
+
+
+def grams(text: str) -> list[str]:
+    """The extra index words of `text`'s CJK letters: every letter and every overlapping
+    pair of each CJK run, plus the non-CJK parts of a word that mixes scripts ('iphone' of
+    'iPhone好き'). Empty for text without CJK letters, so its index is what it always was."""
+    if _CJK.search(text) is None:
+        return []
+    return [
+        piece
+        for word in _WORD.findall(text.lower())
+        if _CJK.search(word) is not None
+        for piece in _pieces(word, index=True)
+    ]
+
+
+def _pieces(word: str, index: bool) -> list[str]:
+    """One `\\w+` word as query (index=False) or index (index=True) words; see words()."""
+    if _CJK.search(word) is None:
+        return [word]
+    out: list[str] = []
+    for part in _PIECE.findall(word):
+        if _CJK.match(part) is None or len(part) == 1:
+            out.append(part)
+        else:
+            pairs = [part[i : i + 2] for i in range(len(part) - 1)]
+            out += [*part, *pairs] if index else pairs
+    return out
 
 
 def query_words(text: str, limit: int = QUERY_TERMS) -> list[str]:

@@ -151,6 +151,17 @@ def terms(text: str, limit: int = QUERY_TERMS) -> list[str]:
     return ranking.words(text, limit)
 
 
+def grams_text(subject: str, content: str) -> str:
+    """The `grams` column of a row: its CJK letters and letter pairs (ranking.grams)."""
+    return " ".join(ranking.grams(f"{subject} {content}"))
+
+
+def row_text(subject: str, content: str) -> str:
+    """A row as memory_fts indexes it: subject, content and their CJK grams."""
+    extra = grams_text(subject, content)
+    return f"{subject} {content} {extra}" if extra else f"{subject} {content}"
+
+
 def fts_query(text: str, mode: str = "or", limit: int = QUERY_TERMS) -> str | None:
     """An FTS5 MATCH expression that can never be a syntax error, or None if no words.
 
@@ -192,6 +203,11 @@ def render_hits(rows: Sequence[Row]) -> str:
     return "\n".join(f"#{r.id} {r.line()} ({r.created_at[:10]})" for r in rows)
 
 
+def stored_reply(row: Row, new: bool) -> str:
+    """What storing says, to the model (memory_store) and on the CLI (`gantry memory add`)."""
+    return f"{'stored' if new else 'already stored as'} #{row.id}: {row.line()}"
+
+
 def estimate_df(found: Sequence[int], top: int, per_term: int) -> float:
     """Rows containing a term, from its newest `found` rowids (descending).
 
@@ -230,6 +246,7 @@ class MemoryStore:
         # The index's own tokenizers, so recall's re-scoring sees exactly the words it matched.
         self._stemmer = conn.fts5_tokenizer("porter", list(TOKENIZER))
         self._exact = conn.fts5_tokenizer(TOKENIZER[0], list(TOKENIZER[1:]))
+        self.fill_grams()
 
     def now(self) -> str:
         return iso(self.clock())
@@ -264,12 +281,30 @@ class MemoryStore:
         expires = self.expiry(kind, created)
         self.conn.execute(
             "INSERT INTO memory (kind, subject, content, source, confidence, created_at, "
-            "updated_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (kind, subject, content, source, confidence, created, created, expires),
+            "updated_at, expires_at, grams) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (kind, subject, content, source, confidence, created, created, expires,
+             grams_text(subject, content)),
         )
         row_id = str(self.conn.last_insert_rowid())
         return Row(row_id, kind, subject, content, source, confidence, created, created,
                    expires), True
+
+    def fill_grams(self) -> int:
+        """Index the CJK grams of rows that have none yet (NULL: rows from before migration
+        0012, or added or edited with sqlite3); how many were filled. Rows without CJK get
+        '', which changes nothing in the index."""
+        todo = [
+            (grams_text(subject, content), rid)
+            for rid, subject, content in self.conn.execute(
+                "SELECT id, subject, content FROM memory WHERE grams IS NULL"
+            )
+        ]
+        if todo:
+            with self.conn:
+                self.conn.executemany(
+                    "UPDATE memory SET grams = ? WHERE id = ? AND grams IS NULL", todo
+                )
+        return len(todo)
 
     def find_exact(
         self, kind: str, subject: str, content: str, now: str | None = None
@@ -421,7 +456,7 @@ class MemoryStore:
         need = [tuple(self._tokens(w, stem=False)) for w in words]
         out = []
         for row in self._fetch(ids, active):
-            have = set(self._tokens(f"{row.subject} {row.content}", stem=False))
+            have = set(self._tokens(row_text(row.subject, row.content), stem=False))
             if all(set(n) <= have for n in need):
                 out.append(row)
         out.sort(key=lambda r: (r.updated_at, int(r.id)), reverse=True)
@@ -455,8 +490,8 @@ class MemoryStore:
         return out
 
     def _row_tokens(self, row: Row) -> Tokens:
-        text = f"{row.subject} {row.content}"
-        return Tokens(self._tokens(row.subject, False), self._tokens(text, False),
+        text = row_text(row.subject, row.content)
+        return Tokens(self._tokens(row_text(row.subject, ""), False), self._tokens(text, False),
                       self._tokens(text, True))
 
     @staticmethod

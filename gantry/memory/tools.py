@@ -17,6 +17,7 @@ from gantry.memory.store import (
     SUBJECT_MAX,
     MemoryInputError,
     render_hits,
+    stored_reply,
 )
 from gantry.tools import Source, Tool, ToolError
 
@@ -66,9 +67,7 @@ def memory_tools(memory: Memory) -> list[Tool]:
             )
         except MemoryInputError as exc:
             raise ToolError(str(exc)) from None
-        if not new:
-            return f"already stored as #{row.id}: {row.line()}"
-        return f"stored #{row.id}: {row.line()}"
+        return stored_reply(row, new)
 
     async def recall(args: dict[str, Any]) -> str:
         query = _text(args, "query")

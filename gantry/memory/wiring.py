@@ -45,9 +45,17 @@ def hydrator(memory: Memory, limit: int = HYDRATE_MAX) -> Callable[[str, str], A
     return block
 
 
+PLURALS = {"person": "people"}  # the kinds whose plural is not kind + "s"
+
+
+def counted(n: int, kind: str) -> str:
+    """`1 fact`, `0 facts`, `2 people`: a count of memory rows of one kind, in English."""
+    return f"{n} {kind if n == 1 else PLURALS.get(kind, kind + 's')}"
+
+
 def counts_line(counts: dict[str, int], backend: str) -> str:
     """`/status` row counts: active rows per kind, then inactive and flagged."""
-    shown = ", ".join(f"{n} {k}" for k, n in counts.items() if k not in ("inactive", "flagged"))
+    shown = ", ".join(counted(n, k) for k, n in counts.items() if k not in ("inactive", "flagged"))
     return (
         f"memory ({backend}): {shown}; {counts.get('inactive', 0)} inactive, "
         f"{counts.get('flagged', 0)} flagged"
