@@ -202,8 +202,10 @@ def test_unknown_command_is_answered_and_help_lists_commands_and_keys(
     r.expect("Unknown command /stauts. /help lists the commands.\n> ")
     r.type("/help\r")
     shown = r.expect("Ctrl-D exits\n> ")
-    for command in ("/new", "/status", "/help", "Ctrl-C stops a reply"):
+    for command in ("/new", "/status", "/help", "/decline", "Ctrl-C stops a reply"):
         assert command in shown, shown
+    r.type("/decline\r")  # no question open: said so, not "unknown", not sent to the model
+    r.expect("Nothing to decline: no MCP server is asking a question.\n> ")
     r.type("/usr/bin is where?\r")  # a path is a message, not a command
     r.expect("echo: /usr/bin is where?\n")
     assert [q.last_user_text for q in fake.requests] == ["/usr/bin is where?"]
