@@ -44,7 +44,8 @@ MEANINGS: dict[str, str] = {
     "memory_backend": "builtin (SQLite) or mcp:<server-name> from mcp.toml",
     "memory_consolidate_minutes": "memory consolidation interval; 0 = off",
     "cron_enabled": "scheduled turns on or off",
-    "cron_tz": "IANA time zone for schedules, e.g. America/Los_Angeles",
+    "cron_tz": "your IANA time zone, e.g. America/Los_Angeles: the local time every turn is "
+               "told, and schedules' wall times",
     "cron_max_jobs": "maximum active scheduled jobs",
     "cron_tick_seconds": "how often due jobs are checked",
     "watch_max": "maximum active watches (0 = no watch tools)",
