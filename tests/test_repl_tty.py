@@ -27,8 +27,10 @@ from typing import Any
 
 import apsw
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from gantry.channel.stdio import LineEditor
+from gantry.channel.stdio import MARK_MAX, LineEditor, mark
 from gantry.session import STOPPED_ANSWER
 from tests.fakes.mcp_servers import python_fixture_toml
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
@@ -335,6 +337,26 @@ def test_scheduled_push_is_marked_and_the_prompt_redrawn_with_the_typed_text(
     assert r.wait_exit() == 0
 
 
+def test_a_watch_wake_is_marked_as_that_watch_not_as_scheduled(
+    repl: Callable[..., Repl], fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    from tests.test_watch_e2e import FAST, add_script, polls, setup_feed, wait
+
+    feed, manifest = setup_feed(tmp_path)
+    r = repl(MCP_MANIFEST=manifest, **FAST)
+    r.expect("> ", timeout=60)
+    fake.push(*add_script(), Reply("New alert: flood warning."))
+    r.type("tell me about new alerts\r")
+    r.expect("Watching.\n> ")
+    wait(lambda: polls(feed) >= 1, 30, "the seed poll")
+    with open(feed, "a") as fh:
+        fh.write(json.dumps({"id": "a2", "title": "flood warning"}) + "\n")
+    r.expect("[watch #1 alerts] New alert: flood warning.\n> ", timeout=30)
+    assert "[scheduled] New alert" not in r.screen
+    r.type("\x04")
+    assert r.wait_exit() == 0
+
+
 # ----------------------------------------------------------------------------- the editor
 
 
@@ -349,3 +371,9 @@ def test_line_editor_keys() -> None:
     assert ed.feed(b"\x15\x03") == [("redraw", ""), ("interrupt", "")]
     assert ed.feed("\u4e2d".encode()[:2]) == []  # half a character waits for the rest
     assert ed.feed("\u4e2d".encode()[2:] + b"\n") == [("insert", "\u4e2d"), ("submit", "\u4e2d")]
+
+
+@given(st.text(max_size=300))
+def test_a_push_mark_is_one_bounded_printable_line(origin: str) -> None:
+    shown = mark(origin)
+    assert shown and len(shown) <= MARK_MAX and shown.isprintable() and shown == shown.strip()

@@ -149,9 +149,11 @@ class Channel(Protocol):
         ...
 
     async def push(
-        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None
+        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None,
+        origin: str = "scheduled",
     ) -> None:
-        """Unsolicited message to a chat (cron); must respect the channel's allowlist.
+        """Unsolicited message to a chat (cron, a watch); must respect the channel's allowlist.
+        `origin` says what sent it, for a channel that marks pushes (the REPL's `[watch …]`).
 
         A long text goes out in parts: parts before `sent` were delivered already (resume
         after a restart), and `progress(done, total)` is called after each part so the

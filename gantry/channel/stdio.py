@@ -44,7 +44,14 @@ from gantry.media.local import ATTACH_HELP, fetch_local, local_item, parse_attac
 CHAT_ID = "local"
 SESSION_ID = f"stdio:{CHAT_ID}"
 PROMPT = "> "
-SCHEDULED = "[scheduled] "
+MARK_MAX = 48  # characters of a push's origin shown in its [mark]
+
+
+def mark(origin: str) -> str:
+    """A push's origin as its one-line mark: controls and line breaks out, bounded (a watch's
+    label is the model's text)."""
+    flat = " ".join("".join(c if c.isprintable() else " " for c in origin).split())
+    return (flat[: MARK_MAX - 1] + "…" if len(flat) > MARK_MAX else flat) or "scheduled"
 ATTACHED = "[attachment] "
 STOPPED = "(stopped)"
 KEYS_HELP = "Ctrl-C stops a reply (at an empty prompt it exits) · Ctrl-D exits"
@@ -482,11 +489,12 @@ class StdioChannel:
         return True
 
     async def push(
-        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None
+        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None,
+        origin: str = "scheduled",
     ) -> None:
-        """A scheduled reply, as one part. On a terminal it is marked as scheduled and the
-        prompt (with whatever was being typed) is drawn again below it; on a pipe it is a
-        plain line like any reply."""
+        """A scheduled reply, as one part. On a terminal it is marked with its origin
+        (`[scheduled]`, `[watch #3 parcel]`) and the prompt (with whatever was being typed)
+        is drawn again below it; on a pipe it is a plain line like any reply."""
         if sent < 1:
             packed = unpack(text)
             if self.terminal:
@@ -494,7 +502,7 @@ class StdioChannel:
                 self._clear()
                 if self._stream is not None and self._stream.mid_line:
                     self.out.write("\n")
-                self.out.write(SCHEDULED + packed.text + "\n")
+                self.out.write(f"[{mark(origin)}] " + packed.text + "\n")
                 self._attachments(packed.attachments)
                 if redraw:
                     self._redraw()

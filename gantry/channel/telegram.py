@@ -811,7 +811,8 @@ class TelegramChannel:
         return chat_id.lstrip("-").isdecimal() and int(chat_id) in self.allowed
 
     async def push(
-        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None
+        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None,
+        origin: str = "scheduled",
     ) -> None:
         """An unsolicited message; only to allowlisted users' private chats.
 
