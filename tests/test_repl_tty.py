@@ -46,7 +46,8 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 class Repl:
     """`python -m gantry run` with its stdin and stdout on a pty; stderr a pipe (JSON)."""
 
-    def __init__(self, tmp_path: Path, base_url: str, env: dict[str, str]) -> None:
+    def __init__(self, tmp_path: Path, base_url: str, env: dict[str, str],
+                 stderr_on_tty: bool = False) -> None:
         persona = tmp_path / "persona"
         persona.mkdir(exist_ok=True)
         (persona / "PERSONA.md").write_text(PERSONA + "\n", encoding="utf-8")
@@ -63,8 +64,8 @@ class Repl:
 
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gantry", "run"], stdin=slave, stdout=slave,
-            stderr=subprocess.PIPE, env=self.env, cwd=ROOT, start_new_session=True,
-            preexec_fn=controlling_tty,
+            stderr=slave if stderr_on_tty else subprocess.PIPE, env=self.env, cwd=ROOT,
+            start_new_session=True, preexec_fn=controlling_tty,
         )
         os.close(slave)
         self._cond = threading.Condition()
@@ -88,7 +89,8 @@ class Repl:
                     self._cond.notify_all()
 
         def pump_err() -> None:
-            assert self.proc.stderr is not None
+            if self.proc.stderr is None:  # on the pty: part of the screen
+                return
             for line in self.proc.stderr:
                 with self._cond:
                     self.stderr += line.decode("utf-8", "replace")
@@ -161,8 +163,8 @@ class Repl:
 def repl(tmp_path: Path, fake: FakeOpenAI) -> Iterator[Callable[..., Repl]]:
     started: list[Repl] = []
 
-    def start(**env: str) -> Repl:
-        r = Repl(tmp_path, fake.base_url, env)
+    def start(stderr_on_tty: bool = False, **env: str) -> Repl:
+        r = Repl(tmp_path, fake.base_url, env, stderr_on_tty)
         started.append(r)
         return r
 
@@ -274,6 +276,34 @@ def test_ctrl_c_clears_a_typed_line_before_it_exits(
     r.expect("echo: whole\n")
     assert [q.last_user_text for q in fake.requests] == ["whole"]
     r.type("\x03")
+    assert r.wait_exit() == 0
+
+
+def test_a_log_line_and_ctrl_c_redraw_the_prompt_with_the_typed_text(
+    repl: Callable[..., Repl], fake: FakeOpenAI
+) -> None:
+    """Log lines share the terminal (stderr): one lands above the prompt, which is drawn again
+    with the half-typed line; Ctrl-C stopping a reply keeps what was typed ahead."""
+    r = repl(stderr_on_tty=True, CRON_ENABLED="false", LOG_FORMAT="text", LOG_LEVEL="info")
+    r.expect("> ", timeout=60)
+    r.type("hi\r")
+    r.expect("echo: hi\n> ")  # by now the signal handlers are surely installed
+    r.type("half a thou")
+    r.expect("half a thou")
+    os.kill(r.proc.pid, signal.SIGHUP)  # reloading the persona logs a line
+    r.expect("persona")
+    r.expect("\n> half a thou")
+    r.type("ght\r")
+    r.expect("echo: half a thought\n> ")
+    fake.push(Reply("never arrives", delay=60.0))
+    r.type("take your time\r")
+    wait_requests(fake, 3)
+    r.type("typed ahead")
+    r.type("\x03")
+    r.expect("(stopped)\n> typed ahead")
+    r.type("\r")
+    r.expect("echo: typed ahead\n")
+    r.type("\x04")
     assert r.wait_exit() == 0
 
 
