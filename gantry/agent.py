@@ -82,7 +82,8 @@ TURN_FAILED = "Sorry — something went wrong while answering. Please try again.
 HELP = (
     "Commands:\n/new — start a new conversation (memory is kept)\n"
     "/status — uptime, model, history size, tools\n"
-    "/stop — stop the reply being written (also /cancel)\n/help — this text"
+    "/stop — stop the reply being written (also /cancel)\n"
+    "/decline — decline an MCP server's question (/cancel cancels it)\n/help — this text"
 )
 
 

@@ -164,6 +164,9 @@ def _parser() -> argparse.ArgumentParser:
     init.add_argument("--default-paths", action="store_true",
                       help="allow writing to /persona and /etc/gantry/mcp.toml when neither an "
                       "option nor the environment names another path")
+    init.add_argument("--data-dir", metavar="DIR",
+                      help="the DATA_DIR to record (default: $DATA_DIR; ./.gantry-data when "
+                      "the persona and manifest are inside the working directory; else /data)")
     init.add_argument("--env-file", metavar="PATH", default=".env",
                       help="the env file to write (default: ./.env)")
     chk = sub.add_parser(
@@ -246,7 +249,12 @@ def _init(args: Any) -> int:
               "a container mounts them); pass --persona-dir DIR and --manifest PATH (e.g. "
               "./persona ./mcp.toml), or --default-paths to write there", file=sys.stderr)
         return EXIT_USAGE
-    return init_main(persona or "/persona", manifest or "/etc/gantry/mcp.toml", args.env_file)
+    from gantry.scaffold import data_dir_for
+
+    persona, manifest = persona or "/persona", manifest or "/etc/gantry/mcp.toml"
+    data = args.data_dir or os.environ.get("DATA_DIR", "").strip() or data_dir_for(persona,
+                                                                                   manifest)
+    return init_main(persona, manifest, args.env_file, data)
 
 
 def _status(args: Any) -> int:

@@ -59,11 +59,13 @@ TURN: ContextVar[Caller | None] = ContextVar("gantry_elicit_turn", default=None)
 @dataclass(frozen=True)
 class Question:
     """One prompt. `choices`: Telegram buttons, stdio numbered lines; any other answer is
-    typed text. `typed`: whether typed text is a valid answer besides the choices."""
+    typed text. `typed`: whether typed text is a valid answer besides the choices. `empty`:
+    the choice (Skip, or the default) an empty line takes where lines are typed (stdio)."""
 
     text: str
     choices: tuple[str, ...] = ()
     typed: bool = True
+    empty: str = ""
 
 
 class Dialog(Protocol):
@@ -286,11 +288,10 @@ def question(f: Field, number: int, total: int, problem: str = "") -> Question:
             hint = f"{hint} from {lo} to {hi}".strip()
         if hint:
             lines.append(f"Type {hint}.")
-    if f.default is not None:
-        choices.append(_default_choice(f))
-    elif not f.required:
-        choices.append(SKIP)
-    return Question("\n".join(lines), tuple(choices), typed)
+    shortcut = _default_choice(f) if f.default is not None else "" if f.required else SKIP
+    if shortcut:
+        choices.append(shortcut)
+    return Question("\n".join(lines), tuple(choices), typed, shortcut)
 
 
 @dataclass
@@ -370,7 +371,7 @@ async def converse_form(dialog: Dialog, caller: Caller, server: str, message: st
                           f"show ({exc}); declined.")
         return Outcome("decline")
     intro = (f"MCP server {server!r} asks:\n{message}\n\n"
-             f"{len(wanted)} question(s) follow; /cancel cancels.")
+             f"{len(wanted)} question(s) follow; /decline declines, /cancel cancels.")
     try:
         if await _choose(dialog, caller, intro, (ANSWER, DECLINE), timeout) == DECLINE:
             raise _Ended("decline")

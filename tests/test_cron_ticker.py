@@ -70,7 +70,8 @@ class Recorder:
         return chat_id != "group"
 
     async def push(
-        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None
+        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None,
+        origin: str = "scheduled",
     ) -> None:
         parts = text.split("|")
         for i in range(sent, len(parts)):
@@ -392,7 +393,7 @@ async def test_crash_mid_push_sends_only_the_missing_parts(
 
 def _crash_after_first_part(channel: Recorder) -> Callable[..., Awaitable[None]]:
     async def push(chat_id: str, text: str, sent: int = 0,
-                   progress: Progress | None = None) -> None:
+                   progress: Progress | None = None, origin: str = "scheduled") -> None:
         channel.fail.clear()
         channel.pushes.append((chat_id, text.split("|")[0]))
         assert progress is not None

@@ -3,6 +3,7 @@ them, the questions' choices, the stdio and Telegram renderings, and who may ans
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +11,7 @@ import anyio
 import pytest
 
 from gantry import elicit
-from gantry.channel.stdio_elicit import read_answer, render
+from gantry.channel.stdio_elicit import StdioDialog, read_answer, render
 from gantry.channel.tg_elicit import CLOSED, NOT_YOURS, TelegramDialog, parse_data
 from gantry.elicit import Caller, Field, Invalid, Question, Unsupported, fields, parse, question
 
@@ -109,9 +110,37 @@ def test_stdio_numbers_choices_and_an_empty_line_takes_the_shortcut() -> None:
     pick = Question("Pick", ("Yes", "No"), typed=False)
     assert render(pick) == "Pick\n  1. Yes\n  2. No"
     assert read_answer(pick, "2") == "No" and read_answer(pick, "3") == "3"
-    typed = Question("Name", ("Skip",))
+    typed = Question("Name", ("Skip",), empty="Skip")
     assert render(typed) == "Name\n(an empty line: Skip)"
     assert read_answer(typed, "") == "Skip" and read_answer(typed, "1") == "1"
+    assert read_answer(pick, "") == ""  # no shortcut: an empty line is no answer
+
+
+@pytest.mark.anyio
+async def test_stdio_empty_line_takes_the_default_a_choice_field_shows() -> None:
+    """A single choice showing "Default: Monica" is answered by an empty line, as it is for a
+    typed field; it is not asked again (nor counted towards the cancel)."""
+    schema = {"properties": {
+        "who": {"type": "string", "enum": ["Joey", "Monica"], "default": "Monica"},
+        "agree": {"type": "boolean"},
+        "pet": {"type": "string", "enum": ["cat", "dog"]}},
+        "required": ["who", "agree", "pet"]}
+    out = io.StringIO()
+    dialog = StdioDialog(out)
+    lines = iter(["1", "", "", "2", "", "1"])
+
+    async def next_line() -> str:
+        return next(lines)
+
+    dialog.next_line = next_line
+    got = await elicit.converse_form(dialog, ME, "srv", "Who?", schema, 5)
+    assert (got.action, got.content) == ("accept", {"who": "Monica", "agree": False,
+                                                    "pet": "cat"})
+    shown = out.getvalue()
+    assert "  3. Default: Monica\n(an empty line: Default: Monica)\n" in shown
+    assert shown.count("(1/3) who") == 1
+    assert "3 question(s) follow; /decline declines, /cancel cancels." in shown
+    assert shown.count("an answer, please") == 2  # the boolean and the enum have no default
 
 
 class Script:

@@ -27,8 +27,10 @@ from typing import Any
 
 import apsw
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from gantry.channel.stdio import LineEditor
+from gantry.channel.stdio import MARK_MAX, LineEditor, mark
 from gantry.session import STOPPED_ANSWER
 from tests.fakes.mcp_servers import python_fixture_toml
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
@@ -44,7 +46,8 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 class Repl:
     """`python -m gantry run` with its stdin and stdout on a pty; stderr a pipe (JSON)."""
 
-    def __init__(self, tmp_path: Path, base_url: str, env: dict[str, str]) -> None:
+    def __init__(self, tmp_path: Path, base_url: str, env: dict[str, str],
+                 stderr_on_tty: bool = False) -> None:
         persona = tmp_path / "persona"
         persona.mkdir(exist_ok=True)
         (persona / "PERSONA.md").write_text(PERSONA + "\n", encoding="utf-8")
@@ -61,8 +64,8 @@ class Repl:
 
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gantry", "run"], stdin=slave, stdout=slave,
-            stderr=subprocess.PIPE, env=self.env, cwd=ROOT, start_new_session=True,
-            preexec_fn=controlling_tty,
+            stderr=slave if stderr_on_tty else subprocess.PIPE, env=self.env, cwd=ROOT,
+            start_new_session=True, preexec_fn=controlling_tty,
         )
         os.close(slave)
         self._cond = threading.Condition()
@@ -86,7 +89,8 @@ class Repl:
                     self._cond.notify_all()
 
         def pump_err() -> None:
-            assert self.proc.stderr is not None
+            if self.proc.stderr is None:  # on the pty: part of the screen
+                return
             for line in self.proc.stderr:
                 with self._cond:
                     self.stderr += line.decode("utf-8", "replace")
@@ -159,8 +163,8 @@ class Repl:
 def repl(tmp_path: Path, fake: FakeOpenAI) -> Iterator[Callable[..., Repl]]:
     started: list[Repl] = []
 
-    def start(**env: str) -> Repl:
-        r = Repl(tmp_path, fake.base_url, env)
+    def start(stderr_on_tty: bool = False, **env: str) -> Repl:
+        r = Repl(tmp_path, fake.base_url, env, stderr_on_tty)
         started.append(r)
         return r
 
@@ -202,8 +206,10 @@ def test_unknown_command_is_answered_and_help_lists_commands_and_keys(
     r.expect("Unknown command /stauts. /help lists the commands.\n> ")
     r.type("/help\r")
     shown = r.expect("Ctrl-D exits\n> ")
-    for command in ("/new", "/status", "/help", "Ctrl-C stops a reply"):
+    for command in ("/new", "/status", "/help", "/decline", "Ctrl-C stops a reply"):
         assert command in shown, shown
+    r.type("/decline\r")  # no question open: said so, not "unknown", not sent to the model
+    r.expect("Nothing to decline: no MCP server is asking a question.\n> ")
     r.type("/usr/bin is where?\r")  # a path is a message, not a command
     r.expect("echo: /usr/bin is where?\n")
     assert [q.last_user_text for q in fake.requests] == ["/usr/bin is where?"]
@@ -273,6 +279,34 @@ def test_ctrl_c_clears_a_typed_line_before_it_exits(
     assert r.wait_exit() == 0
 
 
+def test_a_log_line_and_ctrl_c_redraw_the_prompt_with_the_typed_text(
+    repl: Callable[..., Repl], fake: FakeOpenAI
+) -> None:
+    """Log lines share the terminal (stderr): one lands above the prompt, which is drawn again
+    with the half-typed line; Ctrl-C stopping a reply keeps what was typed ahead."""
+    r = repl(stderr_on_tty=True, CRON_ENABLED="false", LOG_FORMAT="text", LOG_LEVEL="info")
+    r.expect("> ", timeout=60)
+    r.type("hi\r")
+    r.expect("echo: hi\n> ")  # by now the signal handlers are surely installed
+    r.type("half a thou")
+    r.expect("half a thou")
+    os.kill(r.proc.pid, signal.SIGHUP)  # reloading the persona logs a line
+    r.expect("persona")
+    r.expect("\n> half a thou")
+    r.type("ght\r")
+    r.expect("echo: half a thought\n> ")
+    fake.push(Reply("never arrives", delay=60.0))
+    r.type("take your time\r")
+    wait_requests(fake, 3)
+    r.type("typed ahead")
+    r.type("\x03")
+    r.expect("(stopped)\n> typed ahead")
+    r.type("\r")
+    r.expect("echo: typed ahead\n")
+    r.type("\x04")
+    assert r.wait_exit() == 0
+
+
 def test_ctrl_c_during_a_tool_call_lets_it_finish_and_runs_nothing_after(
     repl: Callable[..., Repl], fake: FakeOpenAI, tmp_path: Path
 ) -> None:
@@ -333,6 +367,26 @@ def test_scheduled_push_is_marked_and_the_prompt_redrawn_with_the_typed_text(
     assert r.wait_exit() == 0
 
 
+def test_a_watch_wake_is_marked_as_that_watch_not_as_scheduled(
+    repl: Callable[..., Repl], fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    from tests.test_watch_e2e import FAST, add_script, polls, setup_feed, wait
+
+    feed, manifest = setup_feed(tmp_path)
+    r = repl(MCP_MANIFEST=manifest, **FAST)
+    r.expect("> ", timeout=60)
+    fake.push(*add_script(), Reply("New alert: flood warning."))
+    r.type("tell me about new alerts\r")
+    r.expect("Watching.\n> ")
+    wait(lambda: polls(feed) >= 1, 30, "the seed poll")
+    with open(feed, "a") as fh:
+        fh.write(json.dumps({"id": "a2", "title": "flood warning"}) + "\n")
+    r.expect("[watch #1 alerts] New alert: flood warning.\n> ", timeout=30)
+    assert "[scheduled] New alert" not in r.screen
+    r.type("\x04")
+    assert r.wait_exit() == 0
+
+
 # ----------------------------------------------------------------------------- the editor
 
 
@@ -347,3 +401,9 @@ def test_line_editor_keys() -> None:
     assert ed.feed(b"\x15\x03") == [("redraw", ""), ("interrupt", "")]
     assert ed.feed("\u4e2d".encode()[:2]) == []  # half a character waits for the rest
     assert ed.feed("\u4e2d".encode()[2:] + b"\n") == [("insert", "\u4e2d"), ("submit", "\u4e2d")]
+
+
+@given(st.text(max_size=300))
+def test_a_push_mark_is_one_bounded_printable_line(origin: str) -> None:
+    shown = mark(origin)
+    assert shown and len(shown) <= MARK_MAX and shown.isprintable() and shown == shown.strip()

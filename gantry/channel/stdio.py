@@ -37,6 +37,7 @@ from gantry.channel.base import (
 )
 from gantry.channel.reply import Attachment, unpack
 from gantry.channel.stdio_elicit import StdioDialog
+from gantry.log import around_terminal_lines
 from gantry.media.build import compose
 from gantry.media.files import MediaError
 from gantry.media.local import ATTACH_HELP, fetch_local, local_item, parse_attach
@@ -44,7 +45,14 @@ from gantry.media.local import ATTACH_HELP, fetch_local, local_item, parse_attac
 CHAT_ID = "local"
 SESSION_ID = f"stdio:{CHAT_ID}"
 PROMPT = "> "
-SCHEDULED = "[scheduled] "
+MARK_MAX = 48  # characters of a push's origin shown in its [mark]
+
+
+def mark(origin: str) -> str:
+    """A push's origin as its one-line mark: controls and line breaks out, bounded (a watch's
+    label is the model's text)."""
+    flat = " ".join("".join(c if c.isprintable() else " " for c in origin).split())
+    return (flat[: MARK_MAX - 1] + "…" if len(flat) > MARK_MAX else flat) or "scheduled"
 ATTACHED = "[attachment] "
 STOPPED = "(stopped)"
 KEYS_HELP = "Ctrl-C stops a reply (at an empty prompt it exits) · Ctrl-D exits"
@@ -230,6 +238,8 @@ class StdioChannel:
         self._drawn = 0  # columns of prompt + line on screen
         self._current: Inbound | None = None
         self._stream: StdioStream | None = None
+        self._loop_thread = 0  # the event loop's thread: only it draws the prompt
+        self._relog = False  # the prompt was taken off for a log line: draw it again
         self.dialog = StdioDialog(self.out)  # MCP servers' questions (gantry/elicit.py)
 
     async def serve(self, respond: Responder, ready: Callable[[], None]) -> None:
@@ -295,7 +305,6 @@ class StdioChannel:
         self, fd: int, respond: Responder, ready: Callable[[], None], reapply: Callable[[], None]
     ) -> None:
         keys_in, keys_out = anyio.create_memory_object_stream[bytes](math.inf)
-        lines_in, lines_out = anyio.create_memory_object_stream[tuple[str, bool]](math.inf)
         token = anyio.lowlevel.current_token()
 
         def read_keys() -> None:
@@ -310,6 +319,15 @@ class StdioChannel:
 
         self.dialog.next_line = self.dialog.typed_line
         self.dialog.on_prompt = self._redraw
+        with around_terminal_lines(self._before_log, self._after_log):
+            await self._run_terminal(keys_out, respond, ready, reapply)
+
+    async def _run_terminal(
+        self, keys_out: MemoryObjectReceiveStream[bytes], respond: Responder,
+        ready: Callable[[], None], reapply: Callable[[], None],
+    ) -> None:
+        lines_in, lines_out = anyio.create_memory_object_stream[tuple[str, bool]](math.inf)
+        self._loop_thread = threading.get_ident()
         ready()
         if self.intro is not None:
             self.out.write(intro_line(self.intro(SESSION_ID)) + "\n")
@@ -361,10 +379,20 @@ class StdioChannel:
                         return
                 self.out.flush()
 
+    def _before_log(self) -> None:
+        """A log line is coming to this terminal: the prompt off the screen first."""
+        self._relog = threading.get_ident() == self._loop_thread and self._prompt_shown
+        if self._relog:
+            self._clear()
+
+    def _after_log(self) -> None:
+        if self._relog:
+            self._redraw()
+
     def _interrupt(self, respond: Responder) -> bool:
-        """Ctrl-C: stop the running reply, else drop the typed line; False means exit."""
+        """Ctrl-C: stop the running reply (what was typed ahead stays, drawn again after
+        it), else drop the typed line; False means exit."""
         if self._current is not None:
-            self._editor.clear()
             if isinstance(respond, Stoppable):
                 respond.stop(self._current)
             return True
@@ -482,11 +510,12 @@ class StdioChannel:
         return True
 
     async def push(
-        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None
+        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None,
+        origin: str = "scheduled",
     ) -> None:
-        """A scheduled reply, as one part. On a terminal it is marked as scheduled and the
-        prompt (with whatever was being typed) is drawn again below it; on a pipe it is a
-        plain line like any reply."""
+        """A scheduled reply, as one part. On a terminal it is marked with its origin
+        (`[scheduled]`, `[watch #3 parcel]`) and the prompt (with whatever was being typed)
+        is drawn again below it; on a pipe it is a plain line like any reply."""
         if sent < 1:
             packed = unpack(text)
             if self.terminal:
@@ -494,7 +523,7 @@ class StdioChannel:
                 self._clear()
                 if self._stream is not None and self._stream.mid_line:
                     self.out.write("\n")
-                self.out.write(SCHEDULED + packed.text + "\n")
+                self.out.write(f"[{mark(origin)}] " + packed.text + "\n")
                 self._attachments(packed.attachments)
                 if redraw:
                     self._redraw()

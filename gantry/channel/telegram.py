@@ -84,7 +84,7 @@ POLL_TIMEOUT = 25
 ALLOWED_UPDATES = ["message", "callback_query"]
 COMMANDS = [("new", "start a new conversation"), ("status", "uptime, model, history size"),
             ("stop", "stop the reply being written"), ("cancel", "same as /stop"),
-            ("help", "what I can do")]
+            ("decline", "decline an MCP server's question"), ("help", "what I can do")]
 NON_TEXT_REPLY = "I cannot read this kind of message."
 TYPING_EVERY = 4.0
 EDIT_GAP = 1.0
@@ -811,7 +811,8 @@ class TelegramChannel:
         return chat_id.lstrip("-").isdecimal() and int(chat_id) in self.allowed
 
     async def push(
-        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None
+        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None,
+        origin: str = "scheduled",
     ) -> None:
         """An unsolicited message; only to allowlisted users' private chats.
 
