@@ -255,3 +255,60 @@ async def test_a_transcription_service_down_is_said_once_and_calls_no_model(
         b.tg.push_voice(USER, ogg(seed=4))  # sent again: read this time
         await b.replies(2)
         assert b.llm.last_request.last_user_text.startswith("[voice message, 0:03")
+
+
+async def test_a_huge_transcript_is_cut_like_a_document_in_the_request_and_history(
+    tmp_path: Path,
+) -> None:
+    """Issue 35 item 5: a 3,000,000-character transcript reaches neither the model nor the
+    stored history whole; it is cut at the document cap and says so."""
+    from gantry.media.convert import TEXT_MAX_CHARS, cut_note
+
+    async with bot(tmp_path) as b:
+        b.llm.transcript = "spoken words " * 230_770  # type: ignore[attr-defined]  # 3.0 M chars
+        b.tg.push_voice(USER, ogg(), duration=9)
+        await b.replies()
+        text = b.llm.last_request.last_user_text
+        head = "[voice message, 0:09, transcribed]\n"
+        assert text.startswith(head) and text.endswith(cut_note(TEXT_MAX_CHARS))
+        assert len(text) == len(head) + TEXT_MAX_CHARS + len(cut_note(TEXT_MAX_CHARS))
+        assert len(b.llm.last_request.raw) < 2 * TEXT_MAX_CHARS
+        _, stored = SessionStore(b.ch.store.conn).load(f"telegram:{USER}")  # type: ignore[attr-defined]
+        assert max(len(str(m)) for m in stored) < 2 * TEXT_MAX_CHARS
+
+
+async def test_an_endless_transcription_answer_is_not_read_past_the_byte_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The response body has a byte limit: past it the note is refused with a reply (no
+    model call) instead of being read whole into memory."""
+    from gantry.media import transcribe
+
+    monkeypatch.setattr(transcribe, "RESPONSE_MAX_BYTES", 100_000)
+    async with bot(tmp_path) as b:
+        b.llm.transcript = "x" * 200_000  # type: ignore[attr-defined]
+        b.tg.push_voice(USER, ogg())
+        (reply,) = await b.replies()
+        assert reply == ("The voice message could not be transcribed (the transcription "
+                         "service sent more than 100,000 bytes).")
+        assert b.llm.requests == []
+
+
+async def test_an_audio_file_is_called_an_audio_file_not_a_voice_message(
+    tmp_path: Path,
+) -> None:
+    """Issue 36 item 13: a Telegram audio file is "an audio file" in every reply about it;
+    a voice note stays a voice message."""
+    async with bot(tmp_path, transcribe=False) as b:
+        b.tg.push_audio(USER, ogg(), name="memo.wav")
+        (reply,) = await b.replies()
+        assert reply.startswith("I got an audio file, but transcription is not set up")
+        assert "voice message" not in reply
+    (tmp_path / "2").mkdir()
+    async with bot(tmp_path / "2") as b:
+        b.llm.transcribe_status = 503  # type: ignore[attr-defined]
+        b.tg.push_audio(USER, ogg(), name="memo.wav")
+        (reply,) = await b.replies()
+        assert reply.startswith("Sorry — the audio file could not be transcribed")
+        b.tg.push_voice(USER, ogg(seed=2))
+        assert (await b.replies(2))[1].startswith("Sorry — the voice message could not be")

@@ -16,7 +16,7 @@ import anyio.to_thread
 from gantry.media import convert
 from gantry.media.files import MediaError, TooLarge, place
 from gantry.media.kinds import Media, duration_text
-from gantry.media.transcribe import UNSET_REPLY, Transcriber
+from gantry.media.transcribe import Transcriber, unset_reply
 from gantry.wire.openai import ImagePart
 
 log = logging.getLogger("gantry.media")
@@ -71,7 +71,7 @@ class MediaReader:
         if item.size is not None and item.size > self.max_bytes:
             return TooLarge(item.name, self.max_bytes, item.size).reply
         if item.kind in ("voice", "audio") and self.transcriber is None:
-            return UNSET_REPLY
+            return unset_reply(item.kind)
         return None
 
     async def read(self, items: Sequence[Media], fetch: Fetch) -> Built:
@@ -109,11 +109,15 @@ class MediaReader:
             return convert.describe_kept(item, path, size, why), None, True
         if item.kind in ("voice", "audio"):
             assert self.transcriber is not None  # refusal() said so
-            text = await self.transcriber(path, name, item.mime)
+            text = await self.transcriber(path, name, item.mime, item.kind)
             length = duration_text(item.duration)
             what = "voice message" if item.kind == "voice" else f"audio {name}"
             head_line = f"[{what}{', ' + length if length else ''}, transcribed]"
-            return f"{head_line}\n{text or '(no speech recognised)'}", None, False
+            tail = ""
+            if len(text) > convert.TEXT_MAX_CHARS:  # capped like a document's text
+                text = text[: convert.TEXT_MAX_CHARS]
+                tail = convert.cut_note(len(text))
+            return f"{head_line}\n{text or '(no speech recognised)'}{tail}", None, False
         if convert.is_pdf(item, head):
             try:
                 # CPU-bound (seconds for a big PDF): off the event loop
