@@ -191,8 +191,32 @@ async def test_a_photo_telegram_refuses_goes_as_a_document(tmp_path: Path,
         async with running(tg, tmp_path / "g.db", respond) as ch:
             files = await tg.wait_uploads(USER, 1, timeout=20)
             assert (await settle(tg, ch, ["show me"]))["show me"] == "answered"
-        assert [(f.method, f.data) for f in files] == [("sendDocument", PNG)]
+        assert [(f.method, f.data, f.content_type) for f in files] == [
+            ("sendDocument", PNG, "image/png")]
         assert tg.sent_texts(USER) == []  # files alone: no "(empty reply)" text
+
+
+@pytest.mark.anyio
+async def test_uploads_carry_the_type_the_tool_gave(tmp_path: Path,
+                                                    quick: None) -> None:  # noqa: F811
+    """Issue 36 item 12: the multipart part of a PNG says image/png (sendPhoto), a PDF's
+    application/pdf (sendDocument), not application/octet-stream."""
+    box = Outbox(tmp_path / "outbox")
+    kept = [box.find(box.keep(base64.b64encode(data).decode(), mime, name) or "")
+            for data, mime, name in ((PNG, "image/png", "logo"),
+                                     (b"%PDF-1.4 tiny", "application/pdf", "report.pdf"))]
+    atts = [Attachment(f.path, f.name, f.mime, f.size, f.photo) for f in kept if f is not None]
+
+    async def respond(msg: Inbound, stream: Any) -> str:
+        return pack("Both.", atts)
+
+    async with FakeTelegram(token=TOKEN) as tg:
+        tg.push_text(USER, "send both")
+        async with running(tg, tmp_path / "g.db", respond) as ch:
+            files = await tg.wait_uploads(USER, 2, timeout=20)
+            assert (await settle(tg, ch, ["send both"]))["send both"] == "answered"
+        assert [(f.method, f.filename, f.content_type) for f in files] == [
+            ("sendPhoto", "logo", "image/png"), ("sendDocument", "report.pdf", "application/pdf")]
 
 
 @pytest.mark.anyio

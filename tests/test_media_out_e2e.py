@@ -53,6 +53,7 @@ def test_a_tool_image_reaches_the_chat_as_a_photo_and_never_the_models_context( 
     tg.push_text(USER, "show me the logo")
     (photo,) = tg.wait_uploads_sync(USER, 1, timeout=120)
     assert photo.method == "sendPhoto" and photo.data == png
+    assert photo.content_type == "image/png"  # the type the tool gave (issue 36 item 12)
     wait(lambda: states(g.env["DATA_DIR"]).get("show me the logo") == "answered", 30, "answer")
     assert tg.sent_texts(USER) == ["Here is the logo."]
     b64 = base64.b64encode(png).decode()
