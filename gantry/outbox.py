@@ -24,12 +24,12 @@ import json
 import logging
 import os
 import re
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from gantry.channel.reply import CAPTION_MAX, MAX_ATTACHMENTS, Attachment
+from gantry.kept import tidy
 from gantry.tools import CALLER, Tool, ToolError
 from gantry.wire.openai import AssistantMessage, Message, ToolMessage
 
@@ -133,23 +133,7 @@ class Outbox:
 
     def prune(self) -> int:
         """Forget kept files older than keep_seconds; how many went."""
-        cutoff = time.time() - self.keep_seconds
-        gone = 0
-        try:
-            folders = list(self.root.iterdir())
-        except OSError:
-            return 0
-        for folder in folders:
-            try:
-                if folder.stat().st_mtime >= cutoff:
-                    continue
-                for f in folder.iterdir():
-                    f.unlink()
-                folder.rmdir()
-                gone += 1
-            except OSError:
-                continue
-        return gone
+        return tidy(self.root, self.keep_seconds)[0]
 
 
 def attachment_tool(outbox: Outbox) -> Tool:
