@@ -385,7 +385,7 @@ class Agent:
                 NO_VISION_NOTICE) for m in history):  # told once per conversation
             final = f"{NO_VISION_NOTICE}\n\n{final}"
         new.append(AssistantMessage(content=final))
-        reply = self._with_attachments(final, history)
+        reply = self._with_attachments(final, history, session_id)
         with self.sessions.atomic():  # answer and the channel's reply: both or neither
             self.sessions.append(session_id, new)
             if on_answer is not None:
@@ -403,16 +403,16 @@ class Agent:
         self.request_fold(session_id)  # after the reply, in the background: never delays it
         return reply
 
-    def _with_attachments(self, final: str, history: list[Message]) -> str:
+    def _with_attachments(self, final: str, history: list[Message], session_id: str) -> str:
         """The reply as the channel stores it: the text, plus the files this turn's
         send_attachment calls asked for (read from the recorded turn: see gantry.outbox)."""
         if self.outbox is None:
             return final
         from gantry.channel.reply import pack
-        from gantry.outbox import offered_ids, turn_attachments
+        from gantry.outbox import turn_attachments
 
         turn = history[current_turn_start(history):]
-        found = turn_attachments(turn, self.outbox, offered_ids(history))
+        found = turn_attachments(turn, self.outbox, session_id)
         return pack(final, found) if found else final
 
     def _shown_offer(self, session_id: str, shared: bool) -> Offer:

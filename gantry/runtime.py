@@ -236,6 +236,7 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
     from gantry.media.build import reader_for
 
     media = reader_for(cfg, tls)
+    media.prune()  # kept media past MEDIA_KEEP_DAYS or over MEDIA_MAX_TOTAL_BYTES
     channel = build_channel(cfg, conn, tls, agent, media)
     if mcp_host is not None:
         mcp_host.elicitor.attach(channel)  # servers' questions are asked through it

@@ -55,6 +55,8 @@ MEANINGS: dict[str, str] = {
     "log_level": "debug, info, warning or error",
     "log_format": "auto (text on a terminal, else JSON lines), json or text",
     "media_max_bytes": "largest photo, document or voice note read, in bytes",
+    "media_keep_days": "days a file kept in DATA_DIR/media stays (one the model cannot read)",
+    "media_max_total_bytes": "all files kept in DATA_DIR/media, at most; the oldest go first",
     "llm_transcribe_model": "set (e.g. whisper-1) to transcribe voice notes and audio",
     "llm_transcribe_base_url": "transcription endpoint root URL; empty: LLM_BASE_URL",
     "llm_transcribe_api_key": "transcription key (secret); empty: LLM_API_KEY",

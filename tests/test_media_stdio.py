@@ -78,3 +78,14 @@ async def test_attach_refusals_make_no_model_call(tmp_path: Path) -> None:
     assert lines[2].endswith("not a regular file.")
     assert "too large" in lines[3] and "MEDIA_MAX_BYTES" in lines[3]
     assert lines[4:] == [UNSET_REPLY]
+
+
+@pytest.mark.anyio
+async def test_an_attached_wav_is_an_audio_file_not_a_voice_message(tmp_path: Path) -> None:
+    """Issue 36 item 13: /attach of a .wav is spoken of as an audio file."""
+    (tmp_path / "memo.wav").write_bytes(b"RIFF\x24\x00\x00\x00WAVEfmt " + bytes(64))
+    async with FakeOpenAI() as fake:
+        out = await repl(tmp_path, fake, [f"/attach {tmp_path / 'memo.wav'}"])
+        assert fake.requests == []
+    (line,) = out.splitlines()
+    assert line.startswith("I got an audio file, but transcription is not set up")

@@ -53,7 +53,7 @@ from gantry.channel.base import (
 )
 from gantry.channel.reply import Attachment, Reply, image_urls, unpack
 from gantry.channel.telegram_media import TelegramMedia
-from gantry.channel.telegram_out import send_attachment
+from gantry.channel.telegram_out import send_attachment, typed_form
 from gantry.channel.telegram_store import (
     MAX_ATTEMPTS,
     Accepted,
@@ -134,6 +134,10 @@ class _Session(AiohttpSession):
                                 "ttl_dns_cache": SESSION_DNS_TTL}
         self._should_reset_connector = True
         self._proxy = None
+
+    def build_form_data(self, bot: Bot, method: Any) -> Any:
+        """aiogram's form, with each attachment's type on its part (a PNG as image/png)."""
+        return typed_form(super().build_form_data(bot, method), method)
 
 
 class BotTokenRejected(Exception):

@@ -76,6 +76,11 @@ def read_text(path: Path, max_chars: int = TEXT_MAX_CHARS) -> tuple[str, bool] |
     return text, cut
 
 
+def cut_note(kept: int) -> str:
+    """The line after a text cut to its cap (a document's, a transcript's)."""
+    return f"\n[… cut at {kept:,} characters]"
+
+
 def fenced(name: str, text: str, cut: bool, note: str = "") -> str:
     """A document's text as a fenced block headed by its name; the fence is longer than any
     run of backticks inside, so the text cannot close it."""
@@ -84,7 +89,7 @@ def fenced(name: str, text: str, cut: bool, note: str = "") -> str:
         run = run + 1 if ch == "`" else 0
         longest = max(longest, run)
     fence = "`" * max(3, longest + 1)
-    tail = f"\n[… cut at {len(text):,} characters]" if cut else ""
+    tail = cut_note(len(text)) if cut else ""
     head = f"[document: {name}{note}]"
     return f"{head}\n{fence}\n{text.rstrip()}\n{fence}{tail}"
 
