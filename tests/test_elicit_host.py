@@ -113,7 +113,7 @@ async def test_form_is_relayed_field_by_field_and_the_answers_reach_the_server()
         "legacyTitledEnum": "pet-2"}
     boolean = next(q for q in dialog.asked if ") Boolean" in q.text)
     assert boolean.choices == (elicit.YES, elicit.NO, elicit.SKIP) and not boolean.typed
-    retried = [q for q in dialog.asked if q.text.startswith("that is not an email address")]
+    retried = [q for q in dialog.asked if q.text.startswith("That is not an email address")]
     assert len(retried) == 1  # the bad answer was asked again, with the reason
     assert dialog.told[-1] == "Sent."
 
