@@ -299,11 +299,13 @@ class Outcome:
 
     action: Action
     content: dict[str, Value] | None = None
+    answered: bool = True  # False: a question waited out its timeout (nobody answered)
 
 
 class _Ended(Exception):
-    def __init__(self, action: Action) -> None:
+    def __init__(self, action: Action, answered: bool = True) -> None:
         self.action = action
+        self.answered = answered
 
 
 async def _ask(dialog: Dialog, caller: Caller, q: Question, timeout: float) -> str:
@@ -312,7 +314,7 @@ async def _ask(dialog: Dialog, caller: Caller, q: Question, timeout: float) -> s
         answer = await dialog.ask(caller, q)
     if waited.cancelled_caught:
         await dialog.tell(caller, f"No answer within {timeout:g} s: the request is cancelled.")
-        raise _Ended("cancel")
+        raise _Ended("cancel", answered=False)
     word = answer.strip().split("@", 1)[0].casefold()
     if word in CANCEL_WORDS:
         raise _Ended("cancel")
@@ -381,7 +383,7 @@ async def converse_form(dialog: Dialog, caller: Caller, server: str, message: st
                 content[f.key] = value
     except _Ended as end:
         await _said(dialog, caller, end.action)
-        return Outcome(end.action)
+        return Outcome(end.action, answered=end.answered)
     await _said(dialog, caller, "accept")
     return Outcome("accept", content)
 
@@ -398,7 +400,7 @@ async def converse_url(dialog: Dialog, caller: Caller, server: str, message: str
         chosen = await _choose(dialog, caller, text, (ACCEPT, DECLINE), timeout)
     except _Ended as end:
         await _said(dialog, caller, end.action)
-        return Outcome(end.action)
+        return Outcome(end.action, answered=end.answered)
     action: Action = "accept" if chosen == ACCEPT else "decline"
     await _said(dialog, caller, action)
     return Outcome(action)
