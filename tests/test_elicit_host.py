@@ -47,13 +47,9 @@ class Script:
 
 
 @asynccontextmanager
-async def everything(dialog: Script | None, *, timeout: float = 60.0,
-                     call_timeout: float | None = None) -> AsyncIterator[Host]:
-    elicitor = Elicitor(timeout=timeout)
-    if dialog is not None:
-        elicitor.dialogs["stdio"] = dialog
-    host = Host(parse(toml_server("every", everything_command(), timeout=call_timeout),
-                      BASE_ENV), Registry(), BASE_ENV, elicitor=elicitor)
+async def served(manifest: str, elicitor: Elicitor) -> AsyncIterator[Host]:
+    """A Host of `manifest`'s servers, relaying their questions through `elicitor`."""
+    host = Host(parse(manifest, BASE_ENV), Registry(), BASE_ENV, elicitor=elicitor)
     async with anyio.create_task_group() as tg:
         with anyio.fail_after(BOOT):
             await host.start(tg)
@@ -61,6 +57,17 @@ async def everything(dialog: Script | None, *, timeout: float = 60.0,
             yield host
         finally:
             tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def everything(dialog: Script | None, *, timeout: float = 60.0,
+                     call_timeout: float | None = None) -> AsyncIterator[Host]:
+    elicitor = Elicitor(timeout=timeout)
+    if dialog is not None:
+        elicitor.dialogs["stdio"] = dialog
+    async with served(toml_server("every", everything_command(), timeout=call_timeout),
+                      elicitor) as host:
+        yield host
 
 
 def raw(text: str) -> dict[str, object]:
@@ -258,15 +265,8 @@ async def nagging(dialog: Script, *, question_timeout: float,
     from tests.fakes.mcp_servers import python_fixture_toml
 
     elicitor = Elicitor(timeout=question_timeout, dialogs={"stdio": dialog})
-    host = Host(parse(python_fixture_toml("fx", timeout=call_timeout), BASE_ENV), Registry(),
-                BASE_ENV, elicitor=elicitor)
-    async with anyio.create_task_group() as tg:
-        with anyio.fail_after(BOOT):
-            await host.start(tg)
-        try:
-            yield host
-        finally:
-            tg.cancel_scope.cancel()
+    async with served(python_fixture_toml("fx", timeout=call_timeout), elicitor) as host:
+        yield host
 
 
 async def asked(host: Host, args: dict[str, object]) -> tuple[Any, float]:
