@@ -22,6 +22,7 @@ from gantry.channel.base import Inbound, ReplyStream, TurnFailed, unknown_comman
 from gantry.prompt import assemble, system_text, time_footer
 from gantry.salvage import StreamGate, parse_arguments, printed_calls, split_reasoning
 from gantry.session import (
+    CANCELLED_RESULT,
     SessionStore,
     collapse_tool_results,
     current_turn_start,
@@ -445,11 +446,19 @@ class Agent:
         results: list[Message | None] = [None] * len(calls)
 
         async def one(i: int, call: ToolCall) -> None:
-            with tool_call():  # a user's stop waits for the call and its record
+            tool = self.tools.get(self.tools.resolve(call.function.name) or call.function.name)
+            # A user's stop cancels an MCP call (its server is told); a built-in one it awaits.
+            with tool_call(cancellable=tool is not None and not tool.builtin) as scope:
                 result = await self.tools.call(
                     call.function.name, call.function.arguments, shared=shared
                 )
                 message = ToolMessage(tool_call_id=call.id, content=result.text)
+                self.sessions.append(session_id, [message])
+                results[i] = message
+            if scope.cancelled_caught:  # recorded as cancelled: a late result is not used
+                log.info("tool call cancelled: the user stopped the turn",
+                         extra={"session": session_id, "tool": call.function.name})
+                message = ToolMessage(tool_call_id=call.id, content=CANCELLED_RESULT)
                 self.sessions.append(session_id, [message])
                 results[i] = message
 

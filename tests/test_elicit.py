@@ -9,6 +9,8 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gantry import elicit
 from gantry.channel.stdio_elicit import StdioDialog, read_answer, render
@@ -72,26 +74,46 @@ def test_answers_that_fit(prop: dict[str, Any], text: str, value: Any) -> None:
 
 
 @pytest.mark.parametrize(("prop", "text", "why"), [
-    ({"type": "string"}, "  ", "an answer, please"),
-    ({"type": "string", "minLength": 3}, "ab", "at least 3 characters"),
-    ({"type": "string", "maxLength": 3}, "abcd", "at most 3 characters"),
-    ({"type": "string", "format": "email"}, "ada", "not an email address"),
-    ({"type": "string", "format": "uri"}, "::", "not a URI"),
-    ({"type": "string", "format": "date"}, "2026-02-30", "not a date"),
-    ({"type": "string", "format": "date-time"}, "noon", "not a date and time"),
-    ({"type": "integer"}, "2.5", "a whole number"),
+    ({"type": "string"}, "  ", "An answer, please"),
+    ({"type": "string", "minLength": 3}, "ab", "At least 3 characters"),
+    ({"type": "string", "maxLength": 3}, "abcd", "At most 3 characters"),
+    ({"type": "string", "format": "email"}, "ada", "That is not an email address"),
+    ({"type": "string", "format": "uri"}, "::", "That is not a URI"),
+    ({"type": "string", "format": "date"}, "2026-02-30", "That is not a date"),
+    ({"type": "string", "format": "date-time"}, "noon", "That is not a date and time"),
+    ({"type": "integer"}, "2.5", "A whole number"),
     ({"type": "integer", "minimum": 1}, "0", "1 or more"),
     ({"type": "number", "maximum": 10}, "10.5", "10 or less"),
-    ({"type": "number"}, "nan", "a finite number"),
-    ({"type": "number"}, "inf", "a finite number"),
-    ({"type": "boolean"}, "maybe", "yes or no"),
-    ({"type": "string", "enum": ["a", "b"]}, "3", "choose one of: a, b"),
-    ({"type": "array", "items": {"enum": ["x", "y"]}, "minItems": 2}, "x", "at least 2"),
-    ({"type": "array", "items": {"enum": ["x", "y"]}, "maxItems": 1}, "x,y", "at most 1"),
+    ({"type": "number"}, "nan", "A finite number"),
+    ({"type": "number"}, "inf", "A finite number"),
+    ({"type": "boolean"}, "maybe", "Yes or no"),
+    ({"type": "string", "enum": ["a", "b"]}, "3", "Choose one of: a, b"),
+    ({"type": "array", "items": {"enum": ["x", "y"]}, "minItems": 2}, "x", "Choose at least 2"),
+    ({"type": "array", "items": {"enum": ["x", "y"]}, "maxItems": 1}, "x,y", "Choose at most 1"),
 ])
 def test_answers_that_do_not_fit_say_why(prop: dict[str, Any], text: str, why: str) -> None:
     with pytest.raises(Invalid, match=why):
         parse(one(prop), text)
+
+
+KINDS = [{"type": "string", "minLength": 2, "maxLength": 4}, {"type": "string", "format": "email"},
+         {"type": "string", "format": "uri"}, {"type": "string", "format": "date"},
+         {"type": "string", "format": "date-time"}, {"type": "integer", "minimum": -1},
+         {"type": "number", "maximum": 10}, {"type": "boolean"},
+         {"type": "string", "enum": ["a", "b"]},
+         {"type": "array", "items": {"enum": ["x", "y"]}, "minItems": 1, "maxItems": 1}]
+
+
+@given(st.sampled_from(KINDS), st.text(max_size=12))
+def test_every_reason_an_answer_does_not_fit_reads_as_a_sentence(
+    prop: dict[str, Any], text: str
+) -> None:
+    """The re-ask starts with the reason and a full stop: it must start like a sentence."""
+    try:
+        parse(one(prop), text)
+    except Invalid as exc:
+        why = str(exc)
+        assert why[:1].isupper() or why[:1].isdigit() or why[:1] == "-", why
 
 
 def test_questions_offer_buttons_for_choices_and_skip_or_default() -> None:
@@ -140,7 +162,7 @@ async def test_stdio_empty_line_takes_the_default_a_choice_field_shows() -> None
     assert "  3. Default: Monica\n(an empty line: Default: Monica)\n" in shown
     assert shown.count("(1/3) who") == 1
     assert "3 question(s) follow; /decline declines, /cancel cancels." in shown
-    assert shown.count("an answer, please") == 2  # the boolean and the enum have no default
+    assert shown.count("An answer, please.") == 2  # the boolean and the enum have no default
 
 
 class Script:
@@ -165,7 +187,7 @@ async def test_a_bad_answer_is_asked_again_and_endless_ones_cancel() -> None:
     out = await elicit.converse_form(d, ME, "srv", "How old?", SCHEMA, 5)
     assert (out.action, out.content) == ("accept", {"age": 30})
     assert [q.text.split("\n")[0] for q in d.asked[1:]] == [
-        "(1/1) age", "0 or more, please.", "a whole number, please."]
+        "(1/1) age", "0 or more, please.", "A whole number, please."]
     stubborn = Script(lambda q: "Answer" if q.text.startswith("MCP") else "-1")
     out = await elicit.converse_form(stubborn, ME, "srv", "How old?", SCHEMA, 5)
     assert out.action == "cancel" and len(stubborn.asked) == 1 + elicit.MAX_TRIES

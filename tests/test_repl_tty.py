@@ -31,7 +31,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gantry.channel.stdio import MARK_MAX, LineEditor, mark
-from gantry.session import STOPPED_ANSWER
+from gantry.session import CANCELLED_RESULT, STOPPED_ANSWER
 from tests.fakes.mcp_servers import python_fixture_toml
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
 from tests.test_cron_e2e import schedule_script, soon
@@ -307,31 +307,46 @@ def test_a_log_line_and_ctrl_c_redraw_the_prompt_with_the_typed_text(
     assert r.wait_exit() == 0
 
 
-def test_ctrl_c_during_a_tool_call_lets_it_finish_and_runs_nothing_after(
+def test_ctrl_c_during_an_mcp_tool_call_cancels_it_and_ends_the_turn_at_once(
     repl: Callable[..., Repl], fake: FakeOpenAI, tmp_path: Path
 ) -> None:
-    """The call may have side effects: it finishes and its result is recorded, then the turn
-    stops before the next model call; the history closes the turn as stopped."""
+    """Issue 35 #10: Ctrl-C while a 30 s MCP call runs shows "(stopped)" within a few
+    seconds, the server gets notifications/cancelled (the fixture's `slow` writes it down),
+    nothing runs after it, and the history records the call as cancelled (a valid
+    transcript: the call's id has a result), the turn as stopped."""
     manifest = tmp_path / "mcp.toml"
     manifest.write_text(python_fixture_toml("fx"), encoding="utf-8")
+    marks = tmp_path / "slow.txt"
     r = repl(CRON_ENABLED="false", MCP_MANIFEST=str(manifest))
     r.expect("> ", timeout=60)
-    fake.push(ToolCalls([Call("fx__hang", {"seconds": 3}, id="call_h")]))
+    fake.push(ToolCalls([Call("fx__slow", {"path": str(marks), "seconds": 30}, id="call_s")]))
     r.type("wait for it\r")
-    r.wait_rows("SELECT 1 FROM session_message WHERE role = 'assistant'", 1)
-    r.type("\x03")  # while the 3 s call runs
-    r.expect("(stopped)\n> ")
+    deadline = time.monotonic() + WAIT
+    while "started" not in (marks.read_text() if marks.exists() else ""):
+        assert time.monotonic() < deadline, "the slow call never started"
+        time.sleep(0.05)
+    stopped_at = time.monotonic()
+    r.type("\x03")  # while the 30 s call runs
+    r.expect("(stopped)\n> ", timeout=3.0)  # it used to wait the whole 30 s
+    print(f"\nCtrl-C → (stopped) in {(time.monotonic() - stopped_at) * 1000:.0f} ms")
+    while "cancelled" not in marks.read_text():
+        assert time.monotonic() < stopped_at + 5, f"no cancellation: {marks.read_text()!r}"
+        time.sleep(0.05)
+    assert marks.read_text().split() == ["started", "cancelled"]
     assert len(fake.requests) == 1  # nothing after the tool call
     r.type("and now?\r")
     r.expect("echo: and now?\n")
     sent = fake.last_request.messages
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "assistant",
                                          "user"]
-    assert sent[2]["tool_calls"][0]["id"] == "call_h"
-    assert sent[3] == {"role": "tool", "tool_call_id": "call_h", "content": "woke up"}
+    assert sent[2]["tool_calls"][0]["id"] == "call_s"
+    assert sent[3] == {"role": "tool", "tool_call_id": "call_s", "content": CANCELLED_RESULT}
     assert sent[4]["content"] == STOPPED_ANSWER
+    assert any(e.get("message") == "tool call cancelled: the user stopped the turn"
+               for e in r.logs())
     r.type("\x04")
     assert r.wait_exit() == 0
+    assert "finished" not in marks.read_text()
 
 
 def test_sigint_sent_with_kill_is_still_a_graceful_shutdown(

@@ -28,7 +28,7 @@ from gantry import elicit
 from gantry.mcp import convert, wire
 from gantry.mcp.breaker import Breaker
 from gantry.mcp.child import INVALID_MESSAGE
-from gantry.mcp.deadline import Deadline
+from gantry.mcp.deadline import MAX_CALL_SECONDS, Deadline
 from gantry.mcp.elicitation import Elicitor, InFlight
 from gantry.mcp.link import AuthHook, Link, delivery, open_link
 from gantry.mcp.manifest import ServerSpec
@@ -47,8 +47,8 @@ MAX_PAGES = 100
 # times timeout_seconds (and never past MAX_CALL_SECONDS): a server that reports progress
 # forever must still end.
 PROGRESS_CAP_FACTOR = 10
-MAX_CALL_SECONDS = 3600.0
 CAPPED = "capped"  # the MCPError message of a call cut at call_cap() after progress
+ASKED = "asked"  # … of one cut at its cap (or MAX_CALL_SECONDS) after asking the user
 RENEW_WAIT = 30.0  # how long a call whose request never arrived waits for the new session
 
 
@@ -571,7 +571,7 @@ class Server:
 
         timeout = self.spec.timeout_seconds
         with anyio.CancelScope() as scope:
-            deadline = Deadline(scope, timeout, call_cap(timeout))
+            deadline = Deadline(scope, timeout, call_cap(timeout), MAX_CALL_SECONDS)
 
             async def progress(done: float, total: float | None, message: str | None) -> None:
                 deadline.alive()
@@ -591,7 +591,8 @@ class Server:
                                 raise
                     log.info("mcp call sent again: it never reached the server",
                              extra={"server": self.name, "tool": tool})
-        raise MCPError(code=REQUEST_TIMEOUT, message=CAPPED if deadline.capped else "timed out")
+        why = (ASKED if deadline.questions else CAPPED) if deadline.capped else "timed out"
+        raise MCPError(code=REQUEST_TIMEOUT, message=why)
 
     async def _renewed(self, old: Any) -> Any:
         """The session after `old`, once it is up (the caller's deadline bounds the wait)."""
@@ -625,6 +626,12 @@ class Server:
                     f"the tool {tool!r} on MCP server {self.name!r} kept reporting progress "
                     f"but did not finish within {call_cap(self.spec.timeout_seconds):g} s "
                     "(the limit for a call that reports progress)", error=True)
+            if exc.message == ASKED:
+                return CallResult(
+                    f"the tool {tool!r} on MCP server {self.name!r} asked the user and did not "
+                    f"finish within {call_cap(self.spec.timeout_seconds):g} s, the limit for "
+                    "one call (time the user took to answer aside; questions left unanswered "
+                    "count)", error=True)
             return CallResult(f"the tool {tool!r} on MCP server {self.name!r} did not answer "
                               f"within {self.spec.timeout_seconds:g} s", error=True)
         stats.record(elapsed, error=True)
