@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,26 @@ def test_store_counts_an_attempt_left_in_flight_as_a_crash(tmp_path: Path) -> No
     assert store.settle_crash(1) == (1, 1)
     store.set_reply(1, "r")  # the turn's counts end with it; delivery starts afresh
     assert store.settle_crash(1) == (0, 0)
+
+
+def test_store_keeps_a_crash_pause_across_restarts(tmp_path: Path) -> None:
+    """Issue 35 #11: the pause before the next attempt ends at a stored time; a restart
+    during it (a new store on the same file) waits only for the rest, never longer than the
+    pause, and the pause after the next crash starts anew."""
+    path = tmp_path / "g.db"
+    store = TelegramStore(db.connect(path))
+    store.accept([Accepted(1, 7, 7, 1, "a")], 2)
+    assert 3.5 < store.pause_left(1, 4.0) <= 4.0
+    time.sleep(0.3)
+    again = TelegramStore(db.connect(path))  # the process restarted during the pause
+    assert 3.0 < again.pause_left(1, 4.0) <= 3.7
+    again.conn.execute("UPDATE telegram_update SET not_before = not_before - 10")
+    assert again.pause_left(1, 4.0) == 0.0  # over while the process was down
+    again.conn.execute("UPDATE telegram_update SET not_before = not_before + 1000")
+    assert again.pause_left(1, 4.0) == 4.0  # the clock went back: the pause is still bounded
+    again.begin_attempt(1)  # … and the process dies in it: a new pause, whole
+    again.settle_crash(1)
+    assert again.pause_left(1, 2.0) > 1.5
 
 
 def test_crash_policy_allows_more_crashes_than_failures_with_growing_pauses() -> None:

@@ -524,11 +524,12 @@ class TelegramChannel:
         step = next_attempt(failures, crashes, CRASH_DELAY_FIRST, CRASH_DELAY_CAP)
         if step.give_up is not None:
             return step.give_up
-        if step.delay:
+        wait = self.store.pause_left(row.update_id, step.delay) if step.delay else 0.0
+        if wait:
             log.warning(f"the process died during this message's {what}; retrying after a pause",
                         extra={"update_id": row.update_id, "chat_id": row.chat_id,
-                               "crashes": crashes, "retry_in_s": step.delay})
-            await anyio.sleep(step.delay)
+                               "crashes": crashes, "retry_in_s": round(wait, 2)})
+            await anyio.sleep(wait)
         self.store.begin_attempt(row.update_id)
         return None
 

@@ -40,6 +40,9 @@ log = logging.getLogger("gantry.mcp")
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 30.0
 STABLE_AFTER = 30.0  # up this long → the next crash starts the backoff from the beginning
+# A remote server that went away is no crashing child: trying it costs one connect, so it is
+# tried again at most this far apart, charging the breaker nothing, and at once for a call.
+REMOTE_BACKOFF_CAP = 2.0
 INIT_TIMEOUT = 30.0
 PING_TIMEOUT = 5.0
 MAX_PAGES = 100
@@ -50,6 +53,10 @@ PROGRESS_CAP_FACTOR = 10
 CAPPED = "capped"  # the MCPError message of a call cut at call_cap() after progress
 ASKED = "asked"  # … of one cut at its cap (or MAX_CALL_SECONDS) after asking the user
 RENEW_WAIT = 30.0  # how long a call whose request never arrived waits for the new session
+
+
+class NotSent(Exception):
+    """A call that provably never reached its remote server, which cannot be reached now."""
 
 
 def call_cap(timeout: float) -> float:
@@ -130,6 +137,11 @@ def _cause(exc: BaseException) -> BaseException:
     return inner
 
 
+async def _cancel_on(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
 def _redacted(text: str) -> str:
     """Text for /status and check: header values, URL keys and tokens hidden."""
     from gantry.log import Redactor
@@ -191,6 +203,8 @@ class Server:
         self._started_calls = 0
         self._charged_upto = 0
         self._wake = anyio.Event()
+        self._demand = anyio.Event()  # set by a call that needs a remote server reached now
+        self._tried = anyio.Event()  # set (and replaced) as each try to connect fails
         self._refresh = False
         self._probe = False
         self.can_subscribe = False  # its capabilities include resources.subscribe
@@ -209,6 +223,7 @@ class Server:
         while True:
             up_at = 0.0
             renew = False
+            self._demand = anyio.Event()  # a call asking for a try now: this one serves it
             if self.login is not None and self.login.check() is not None:
                 first = self._needs_login(first, task_status)
                 await self.login.wait()
@@ -258,7 +273,11 @@ class Server:
                     message = self._start_message(_describe(cause), tail)
                 if first and self.spec.required:
                     raise ServerStartError(message) from None
-                self.breaker.failure()
+                if not self.spec.remote:
+                    self.breaker.failure()
+                if not up_at:  # the calls waiting on this try to reach it are answered
+                    tried, self._tried = self._tried, anyio.Event()
+                    tried.set()
                 reason = message.split("\n", 1)[0] if ever_up else message
                 if first:
                     first = False
@@ -267,11 +286,16 @@ class Server:
                     task_status.started()
             finally:
                 self.session = None
-            if up_at and time.monotonic() - up_at >= STABLE_AFTER:
+            if up_at and (self.spec.remote or time.monotonic() - up_at >= STABLE_AFTER):
                 attempt = 0
             # A dropped session is no failure: re-initialise at once (but not in a loop).
             quick = renew and up_at and time.monotonic() - up_at >= 1.0
-            delay = 0.0 if quick else max(backoff(attempt), self.breaker.remaining())
+            if quick:
+                delay = 0.0
+            elif self.spec.remote:
+                delay = min(REMOTE_BACKOFF_CAP, backoff(attempt))
+            else:
+                delay = max(backoff(attempt), self.breaker.remaining())
             attempt += not quick
             self.restarts += 1
             self.state = "open" if self.breaker.state == "open" else "restarting"
@@ -286,7 +310,8 @@ class Server:
                         extra={"server": self.name, "reason": reason,
                                "in_seconds": round(delay, 2), "attempt": attempt,
                                "breaker": self.breaker.state})
-            await anyio.sleep(delay)
+            with anyio.move_on_after(delay):
+                await self._demand.wait()
             self.state = "restarting"
 
     def _needs_login(self, first: bool, task_status: TaskStatus[None]) -> bool:
@@ -538,6 +563,11 @@ class Server:
         if self.login is not None and self.login.reason is not None:
             stats.record(0.0, error=True)
             return CallResult(self._login_text(), error=True)
+        if session is None and self.spec.remote:
+            session = await self._reach(None, min(RENEW_WAIT, self.spec.timeout_seconds))
+            if session is None:
+                stats.record(0.0, error=True)
+                return CallResult(self._unreached(), error=True)
         if session is None or not self.breaker.allow():
             stats.record(0.0, error=True)
             wait = self.breaker.remaining()
@@ -565,7 +595,8 @@ class Server:
     async def _send_call(self, session: Any, tool: str, args: dict[str, Any]) -> Any:
         """tools/call, with progress as life: each notifications/progress moves the deadline
         to timeout_seconds from then, but never past call_cap(). A request that provably
-        never reached the server (remote.py) is sent once more, on the next session."""
+        never reached the server (remote.py) is sent once more, on the next session; if
+        there is none, or it did not arrive again, NotSent says so."""
         from mcp.shared.exceptions import MCPError
         from mcp_types import REQUEST_TIMEOUT
 
@@ -584,22 +615,40 @@ class Server:
                             return await session.call_tool(tool, args, math.inf,
                                                            progress_callback=progress)
                         except Exception:
-                            if attempt or not ticket.undelivered:
+                            if not ticket.undelivered:
                                 raise
-                            session = await self._renewed(session)
-                            if session is None:
-                                raise
+                    if attempt:
+                        break
+                    session = await self._reach(session, RENEW_WAIT)
+                    if session is None:
+                        break
                     log.info("mcp call sent again: it never reached the server",
                              extra={"server": self.name, "tool": tool})
+        if ticket.undelivered:  # (also when the deadline ran out while it waited to be sent)
+            raise NotSent
         why = (ASKED if deadline.questions else CAPPED) if deadline.capped else "timed out"
         raise MCPError(code=REQUEST_TIMEOUT, message=why)
 
-    async def _renewed(self, old: Any) -> Any:
-        """The session after `old`, once it is up (the caller's deadline bounds the wait)."""
-        with anyio.move_on_after(RENEW_WAIT):
+    async def _reach(self, old: Any, wait: float) -> Any:
+        """A session other than `old`: the current one, or the next once up, asking the
+        supervisor to try now. None if a try to connect failed, or after `wait` s."""
+        tried = self._tried
+        with anyio.move_on_after(wait):
             while self.session is None or self.session is old:
-                await self._next_up.wait()
+                self._demand.set()
+                async with anyio.create_task_group() as tg:
+                    for event in (self._next_up, tried):
+                        tg.start_soon(_cancel_on, event, tg.cancel_scope)
+                if tried.is_set():
+                    break
         return self.session if self.session is not old else None
+
+    def _unreached(self) -> str:
+        """What a call that was not sent answers: the connection's last trouble, if known."""
+        trouble = _redacted(self.link.tail()) if self.link is not None else ""
+        why = f" ({trouble[:200]})" if trouble else ""
+        return (f"MCP server {self.name!r} is not reachable{why}; the call was not sent, "
+                "retry later")
 
     def _charge(self, number: int) -> None:
         """One breaker failure per episode: calls already in flight when one was charged
@@ -616,6 +665,9 @@ class Server:
         from mcp_types import CONNECTION_CLOSED, PARSE_ERROR, REQUEST_TIMEOUT
 
         elapsed = time.monotonic() - started
+        if isinstance(exc, NotSent):  # it never left: not the server's failure, nor a timeout
+            stats.record(elapsed, error=True)
+            return CallResult(self._unreached(), error=True)
         if isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT:
             stats.record(elapsed, timeout=True)
             self._charge(number)
