@@ -67,6 +67,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     log_level: str = "info"
     log_format: str = "auto"
     media_max_bytes: int = 20_000_000  # Telegram's bot download limit (20 MB)
+    document_timeout_seconds: int = 20  # a PDF's text takes at most this, or it is kept as a file
     llm_transcribe_model: str = ""  # set: voice notes and audio are transcribed (gantry.media)
     llm_transcribe_base_url: str = ""  # default: LLM_BASE_URL
     llm_transcribe_api_key: str = ""  # default: LLM_API_KEY
@@ -96,6 +97,7 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "watch_max": (0, 1_000),
     "watch_min_interval_seconds": (1, 3_600),
     "media_max_bytes": (1_000, 2_000_000_000),
+    "document_timeout_seconds": (1, 600),
 }
 
 REQUIRED = ("llm_base_url", "llm_api_key", "llm_model")

@@ -54,6 +54,7 @@ MEANINGS: dict[str, str] = {
     "log_level": "debug, info, warning or error",
     "log_format": "auto (text on a terminal, else JSON lines), json or text",
     "media_max_bytes": "largest photo, document or voice note read, in bytes",
+    "document_timeout_seconds": "seconds a PDF's text may take; past it the file is kept",
     "llm_transcribe_model": "set (e.g. whisper-1) to transcribe voice notes and audio",
     "llm_transcribe_base_url": "transcription endpoint root URL; empty: LLM_BASE_URL",
     "llm_transcribe_api_key": "transcription key (secret); empty: LLM_API_KEY",

@@ -10,10 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import anyio
-import anyio.to_thread
-
-from gantry.media import convert
+from gantry.media import convert, pdfproc
 from gantry.media.files import MediaError, TooLarge, place
 from gantry.media.kinds import Media, duration_text
 from gantry.media.transcribe import UNSET_REPLY, Transcriber
@@ -24,6 +21,7 @@ log = logging.getLogger("gantry.media")
 Fetch = Callable[[Media, Path, int], Awaitable[None]]
 """Put one item's bytes at the path, writing at most the cap (raising TooLarge past it)."""
 
+DOCUMENT_TIMEOUT = 20.0  # seconds: Config.document_timeout_seconds' default
 DEFAULT_NAMES = {"photo": "photo.jpg", "image": "image", "voice": "voice.ogg",
                  "audio": "audio", "document": "file"}
 
@@ -50,16 +48,19 @@ def reader_for(cfg: Any, verify: Any = True) -> MediaReader:
         transcriber = Transcriber(cfg.llm_transcribe_base_url or cfg.llm_base_url,
                                   cfg.llm_transcribe_api_key or cfg.llm_api_key,
                                   cfg.llm_transcribe_model, verify=verify)
-    return MediaReader(cfg.data_dir, cfg.media_max_bytes, transcriber)
+    return MediaReader(cfg.data_dir, cfg.media_max_bytes, transcriber,
+                       cfg.document_timeout_seconds)
 
 
 @dataclass
 class MediaReader:
-    """Reads media within MEDIA_MAX_BYTES into model input (one per process)."""
+    """Reads media within MEDIA_MAX_BYTES into model input (one per process), each document
+    within DOCUMENT_TIMEOUT_SECONDS."""
 
     data_dir: str
     max_bytes: int
     transcriber: Transcriber | None = None
+    document_timeout: float = DOCUMENT_TIMEOUT
 
     async def aclose(self) -> None:
         if self.transcriber is not None:
@@ -83,8 +84,13 @@ class MediaReader:
             if refused is not None:
                 raise MediaError(refused)
             dest = place(self.data_dir, item.key, item.name or DEFAULT_NAMES.get(item.kind, "file"))
-            await fetch(item, dest, self.max_bytes)
-            block, image, keep = await self._convert(item, dest)
+            try:
+                await fetch(item, dest, self.max_bytes)
+                block, image, keep = await self._convert(item, dest)
+            except BaseException:  # a /stop, shutdown, a failed download: redone if retried
+                with contextlib.suppress(OSError):
+                    dest.unlink()
+                raise
             if not keep:
                 with contextlib.suppress(OSError):
                     dest.unlink()
@@ -115,9 +121,9 @@ class MediaReader:
             head_line = f"[{what}{', ' + length if length else ''}, transcribed]"
             return f"{head_line}\n{text or '(no speech recognised)'}", None, False
         if convert.is_pdf(item, head):
-            try:
-                # CPU-bound (seconds for a big PDF): off the event loop
-                text, cut, pages = await anyio.to_thread.run_sync(convert.pdf_text, path)
+            try:  # in a child process, killed past the deadline or when the turn is stopped
+                text, cut, pages = await pdfproc.extract(path, convert.TEXT_MAX_CHARS,
+                                                         self.document_timeout)
             except ValueError as exc:
                 return convert.describe_kept(item, path, size, str(exc)), None, True
             if not text.strip():
