@@ -10,7 +10,6 @@ and no cancel reached it, so each bound below failed (a thread cannot be interru
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import pytest
 
 from gantry.media.build import MediaReader
 from gantry.media.kinds import Media
+from tests.fakes.mcp_servers import live_children
 from tests.fakes.media_samples import EMPTY_TEXT, bomb_pdf, heavy_pdf, pdf
 
 pytestmark = pytest.mark.anyio
@@ -48,20 +48,15 @@ def reader(tmp_path: Path, timeout: float = DEADLINE) -> MediaReader:
     return r
 
 
-def pdf_children() -> list[int]:
-    """Our children running `_pdf-text` (the PDF reader), by pid."""
+def pdf_children(parent: int | None = None) -> list[int]:
+    """Live children of `parent` (default: this process) running `_pdf-text`, by pid."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid in live_children(parent):
         try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            if b"_pdf-text" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == os.getpid() and b"_pdf-text" in cmdline:
-            found.append(int(entry))
     return found
 
 

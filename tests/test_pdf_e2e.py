@@ -17,6 +17,7 @@ from gantry.channel.base import STOPPED_REPLY
 from tests.fakes.media_samples import heavy_pdf
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.telegram import FakeTelegram
+from tests.test_media_pdf import pdf_children
 from tests.test_telegram_e2e import USER, fakes, run, wait  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -24,29 +25,15 @@ pytestmark = pytest.mark.slow
 START = 90.0  # gantry's start on a loaded machine (tests/test_telegram_e2e.py)
 
 
-def pdf_child(parent: int) -> int | None:
-    """The pid of `parent`'s `_pdf-text` child (the PDF reader), if one runs."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmdline = (entry / "cmdline").read_bytes()
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == parent and b"_pdf-text" in cmdline:
-            return int(entry.name)
-    return None
-
-
-def reading(g: Any, tg: Any) -> int:
-    """Send the heavy PDF once gantry receives; return its reader child's pid."""
+def reading(start: Any, tg: Any) -> tuple[Any, int]:
+    """A gantry whose deadline is far off, reading the heavy PDF: it and the reader's pid."""
+    g = start(DOCUMENT_TIMEOUT_SECONDS="120")
     tg.push_text(USER, "hello")
     assert tg.wait_sent_sync(USER, 1, timeout=START) == ["echo: hello"]
     tg.push_document(USER, heavy_pdf(), "report.pdf", "application/pdf")
-    child = wait(lambda: pdf_child(g.proc.pid), 30, "the PDF reader's child process")
+    child = wait(lambda: pdf_children(g.proc.pid), 30, "the PDF reader's child process")
     time.sleep(0.5)  # well into pypdf's work
-    return int(child)
+    return g, int(child[0])
 
 
 def test_the_heavy_pdf_is_answered_as_a_kept_file_within_the_timeout(  # type: ignore[no-untyped-def]
@@ -67,7 +54,7 @@ def test_the_heavy_pdf_is_answered_as_a_kept_file_within_the_timeout(  # type: i
     kept = reply.split("saved at ", 1)[1].split(";", 1)[0]
     assert Path(kept).read_bytes() == heavy_pdf()
     assert took < 20  # 3 s and the round trips; before: minutes
-    assert pdf_child(g.proc.pid) is None
+    assert pdf_children(g.proc.pid) == []
     assert g.stop() == 0
     assert "Traceback" not in g.stderr
 
@@ -76,8 +63,7 @@ def test_stop_while_the_pdf_is_read_answers_at_once_and_the_chat_goes_on(  # typ
     fakes: tuple[FakeTelegram, FakeOpenAI], run  # noqa: F811
 ) -> None:
     tg, llm = fakes
-    g = run(DOCUMENT_TIMEOUT_SECONDS="120")
-    child = reading(g, tg)
+    g, child = reading(run, tg)
     asked = len(llm.requests)
     stopped_at = time.monotonic()
     tg.push_text(USER, "/stop")
@@ -97,8 +83,7 @@ def test_sigterm_while_the_pdf_is_read_exits_promptly(  # type: ignore[no-untype
     fakes: tuple[FakeTelegram, FakeOpenAI], run  # noqa: F811
 ) -> None:
     tg, _llm = fakes
-    g = run(DOCUMENT_TIMEOUT_SECONDS="120")
-    child = reading(g, tg)
+    g, child = reading(run, tg)
     started = time.monotonic()
     g.proc.send_signal(signal.SIGTERM)
     code = g.proc.wait(timeout=30)
