@@ -60,7 +60,7 @@ def _media_json(kind: str, file_id: str, unique: str, size: int, name: str, mime
 
 def _telegram_media(api: str, data_dir: str, cap: int) -> Any:
     from gantry.channel.telegram_media import TelegramMedia  # first: aiogram's lazy models
-    from gantry.media import MediaReader
+    from gantry.media.build import MediaReader
 
     from aiogram import Bot  # isort: skip
     from aiogram.client.session.aiohttp import AiohttpSession

@@ -335,6 +335,10 @@ def entry() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_pdf-text"]:  # hidden: gantry's own PDF reader (gantry.media.pdf)
+        from gantry.media.pdf import child_main
+
+        return child_main(argv[1:])
     quick = quick_parse(argv)
     args: Any = _Args(quick) if quick is not None else _parser().parse_args(argv)
     command = args.command or "run"

@@ -69,6 +69,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     media_max_bytes: int = 20_000_000  # Telegram's bot download limit (20 MB)
     media_keep_days: int = 7  # files kept in DATA_DIR/media are pruned after this many days
     media_max_total_bytes: int = 1_000_000_000  # all kept media, at most (oldest go first)
+    document_timeout_seconds: int = 20  # a PDF's text takes at most this, or it is kept as a file
     llm_transcribe_model: str = ""  # set: voice notes and audio are transcribed (gantry.media)
     llm_transcribe_base_url: str = ""  # default: LLM_BASE_URL
     llm_transcribe_api_key: str = ""  # default: LLM_API_KEY
@@ -100,6 +101,7 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "media_max_bytes": (1_000, 2_000_000_000),
     "media_keep_days": (1, 3_650),
     "media_max_total_bytes": (1_000, 10_000_000_000_000),
+    "document_timeout_seconds": (1, 600),
 }
 
 REQUIRED = ("llm_base_url", "llm_api_key", "llm_model")

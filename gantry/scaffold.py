@@ -57,6 +57,7 @@ MEANINGS: dict[str, str] = {
     "media_max_bytes": "largest photo, document or voice note read, in bytes",
     "media_keep_days": "days a file kept in DATA_DIR/media stays (one the model cannot read)",
     "media_max_total_bytes": "all files kept in DATA_DIR/media, at most; the oldest go first",
+    "document_timeout_seconds": "seconds a PDF's text may take; past it the file is kept",
     "llm_transcribe_model": "set (e.g. whisper-1) to transcribe voice notes and audio",
     "llm_transcribe_base_url": "transcription endpoint root URL; empty: LLM_BASE_URL",
     "llm_transcribe_api_key": "transcription key (secret); empty: LLM_API_KEY",

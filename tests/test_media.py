@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gantry.media import MediaError, MediaReader, TooLarge
+from gantry.media.build import MediaReader
 from gantry.media.convert import fenced, read_text
-from gantry.media.files import NAME_MAX, place, safe_name, save_stream
+from gantry.media.files import NAME_MAX, MediaError, TooLarge, place, safe_name, save_stream
 from gantry.media.kinds import Media
 from gantry.media.transcribe import Transcriber, TranscribeUnavailable
 from tests.fakes.media_samples import jpeg, pdf

@@ -12,7 +12,7 @@ import pytest
 from gantry import db
 from gantry.agent import Agent
 from gantry.channel.stdio import StdioChannel
-from gantry.media import MediaReader
+from gantry.media.build import MediaReader
 from gantry.media.local import ATTACH_HELP, parse_attach
 from gantry.media.transcribe import UNSET_REPLY
 from gantry.provider import Provider

@@ -16,7 +16,7 @@ import pytest
 from gantry import db
 from gantry.agent import Agent
 from gantry.channel.telegram import NON_TEXT_REPLY, TelegramChannel
-from gantry.media import MediaReader
+from gantry.media.build import MediaReader
 from gantry.media.transcribe import UNSET_REPLY, Transcriber
 from gantry.provider import Provider
 from gantry.session import SessionStore

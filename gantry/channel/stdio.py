@@ -226,7 +226,7 @@ class StdioChannel:
         media: Any = None,
     ) -> None:
         self.stream_replies = stream_replies
-        self.media = media  # gantry.media.MediaReader for /attach (None: /attach is refused)
+        self.media = media  # gantry.media.build.MediaReader for /attach (None: /attach is refused)
         self.inp = inp or sys.stdin
         self.out = out or sys.stdout
         self.interactive = _isatty(self.inp)

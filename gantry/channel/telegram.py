@@ -73,7 +73,8 @@ from gantry.channel.tgformat import (
     utf16_len,
 )
 from gantry.channel.tgmedia import incoming
-from gantry.media import MediaError, MediaReader
+from gantry.media.build import MediaReader
+from gantry.media.files import MediaError
 from gantry.media.kinds import dump
 from gantry.wire.openai import ImagePart
 
@@ -215,6 +216,7 @@ class TelegramChannel:
         self.media = TelegramMedia(self.bot, media)
         self._active: set[int] = set()
         self._turning: dict[int, tuple[int, Inbound]] = {}  # chat → its turn's update, message
+        self._reading: dict[int, tuple[int, anyio.CancelScope]] = {}  # chat → media being read
         self._edit_at: dict[int, float] = {}  # chat → earliest time the next edit may go
         self.groups = groups
         self._strangers = LogOnce(STRANGER_LOG_EVERY, STRANGERS_MAX)
@@ -422,13 +424,22 @@ class TelegramChannel:
             self._kick(chat)
 
     def _running_turn(self, chat: int) -> int | None:
-        """The update whose turn runs in `chat` and can still be stopped, if any."""
+        """The update whose turn runs in `chat` (or whose media is read) and can still be
+        stopped, if any."""
+        if chat in self._reading:
+            return self._reading[chat][0]
         entry = self._turning.get(chat)
         if entry is None or not isinstance(self._respond, Stoppable):
             return None
         return entry[0] if self._respond.running(entry[1]) else None
 
     def _stop(self, chat: int, update_id: int) -> None:
+        reading = self._reading.get(chat)
+        if reading is not None and reading[0] == update_id:  # a download, a PDF's child
+            reading[1].cancel()
+            log.info("stopping the chat's turn while its media is read",
+                     extra={"chat_id": chat, "update_id": update_id})
+            return
         entry = self._turning.get(chat)
         if entry is not None and entry[0] == update_id and isinstance(self._respond, Stoppable):
             self._respond.stop(entry[1])
@@ -543,7 +554,12 @@ class TelegramChannel:
             self.store.set_reply(row.update_id, FAILED_REPLY, error=f"the turn {why}")
             return True
         try:
-            read = await self._read_media(row)  # not shielded: redone at the next start
+            with anyio.CancelScope() as reading:  # a /stop cancels it (_stop)
+                self._reading[row.chat_id] = (row.update_id, reading)
+                try:
+                    read = await self._read_media(row)  # not shielded: redone at the next start
+                finally:
+                    del self._reading[row.chat_id]
         except anyio.get_cancelled_exc_class():
             self.store.undo_attempt(row.update_id)
             raise
@@ -561,6 +577,10 @@ class TelegramChannel:
                         extra={"update_id": row.update_id, "chat_id": row.chat_id,
                                "failures": failures, "error": f"{type(exc).__name__}: {exc}"})
             return False
+        if reading.cancelled_caught:  # stopped before the turn began (recorded by _accept)
+            self.store.set_reply(row.update_id, STOPPED_REPLY)
+            row.reply = STOPPED_REPLY
+            return True
         try:
             # Shielded: once the turn has an answer, it is stored, even at shutdown
             # (the turn itself is cut at the drain deadline by TurnAborted).

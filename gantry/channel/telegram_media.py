@@ -14,9 +14,8 @@ import gantry.channel.aiogram_lazy  # noqa: F401  # isort: skip  (before aiogram
 from aiogram.exceptions import TelegramBadRequest
 
 from gantry.channel.telegram_store import Pending, TelegramStore
-from gantry.media import MediaError, MediaReader, TooLarge
-from gantry.media.build import compose
-from gantry.media.files import save_stream
+from gantry.media.build import MediaReader, compose
+from gantry.media.files import MediaError, TooLarge, save_stream
 from gantry.media.kinds import Media, load
 from gantry.wire.openai import ImagePart
 

@@ -58,7 +58,7 @@ class Pending(msgspec.Struct):
     reply: str | None
     sent_parts: int
     stream_msgs: list[int]
-    media: str = "[]"  # JSON list of gantry.media.Media, read when the turn runs
+    media: str = "[]"  # JSON list of gantry.media.kinds.Media, read when the turn runs
     media_group: str | None = None
 
 

@@ -10,11 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import anyio
-import anyio.to_thread
-
 from gantry.kept import tidy
-from gantry.media import convert
+from gantry.media import convert, pdfproc
 from gantry.media.files import MEDIA_DIR, MediaError, TooLarge, place
 from gantry.media.kinds import Media, duration_text, human_size
 from gantry.media.transcribe import Transcriber, unset_reply
@@ -25,6 +22,7 @@ log = logging.getLogger("gantry.media")
 Fetch = Callable[[Media, Path, int], Awaitable[None]]
 """Put one item's bytes at the path, writing at most the cap (raising TooLarge past it)."""
 
+DOCUMENT_TIMEOUT = 20.0  # seconds: Config.document_timeout_seconds' default
 DEFAULT_NAMES = {"photo": "photo.jpg", "image": "image", "voice": "voice.ogg",
                  "audio": "audio", "document": "file"}
 
@@ -62,19 +60,22 @@ def reader_for(cfg: Any, verify: Any = True) -> MediaReader:
                                   cfg.llm_transcribe_api_key or cfg.llm_api_key,
                                   cfg.llm_transcribe_model, verify=verify)
     return MediaReader(cfg.data_dir, cfg.media_max_bytes, transcriber,
+                       cfg.document_timeout_seconds,
                        keep_seconds=cfg.media_keep_days * 86400.0,
                        max_total_bytes=cfg.media_max_total_bytes)
 
 
 @dataclass
 class MediaReader:
-    """Reads media within MEDIA_MAX_BYTES into model input (one per process). Files it
-    keeps (those the model cannot read) stay MEDIA_KEEP_DAYS, within MEDIA_MAX_TOTAL_BYTES
-    in all: the oldest go first to make room (gantry.kept)."""
+    """Reads media within MEDIA_MAX_BYTES into model input (one per process), each document
+    within DOCUMENT_TIMEOUT_SECONDS. Files it keeps (those the model cannot read) stay
+    MEDIA_KEEP_DAYS, within MEDIA_MAX_TOTAL_BYTES in all: the oldest go first to make room
+    (gantry.kept)."""
 
     data_dir: str
     max_bytes: int
     transcriber: Transcriber | None = None
+    document_timeout: float = DOCUMENT_TIMEOUT
     keep_seconds: float = 7 * 86400.0
     max_total_bytes: int = 1_000_000_000
     _busy: set[Path] = field(default_factory=set, repr=False)  # downloads being read
@@ -111,8 +112,13 @@ class MediaReader:
                              item.name or DEFAULT_NAMES.get(item.kind, "file"))
                 held += [dest, dest.with_name(dest.name + ".part")]
                 self._busy.update(held[-2:])
-                await fetch(item, dest, self.max_bytes)
-                block, image, keep = await self._convert(item, dest)
+                try:
+                    await fetch(item, dest, self.max_bytes)
+                    block, image, keep = await self._convert(item, dest)
+                except BaseException:  # a /stop, shutdown, a failed download: redone if retried
+                    with contextlib.suppress(OSError):
+                        dest.unlink()
+                    raise
                 if keep:
                     self._make_room(item, dest)
                 else:
@@ -164,9 +170,9 @@ class MediaReader:
                 tail = convert.cut_note(len(text))
             return f"{head_line}\n{text or '(no speech recognised)'}{tail}", None, False
         if convert.is_pdf(item, head):
-            try:
-                # CPU-bound (seconds for a big PDF): off the event loop
-                text, cut, pages = await anyio.to_thread.run_sync(convert.pdf_text, path)
+            try:  # in a child process, killed past the deadline or when the turn is stopped
+                text, cut, pages = await pdfproc.extract(path, convert.TEXT_MAX_CHARS,
+                                                         self.document_timeout)
             except ValueError as exc:
                 return convert.describe_kept(item, path, size, str(exc)), None, True
             if not text.strip():
