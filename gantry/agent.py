@@ -508,8 +508,8 @@ class Agent:
         arguments repaired when that is unambiguous. docs/models.md lists the formats."""
         text, thought = split_reasoning(completion.text)
         calls = list(completion.tool_calls)
-        if not calls and (printed := printed_calls(text, names)) is not None:
-            found, text = printed
+        if not calls and (found := printed_calls(text, names)) is not None:
+            text = ""
             forms = sorted({p.form for p in found})
             if tools:
                 calls = [ToolCall(new_call_id(), FunctionCall(p.name, p.arguments)) for p in found]
