@@ -11,8 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gantry.log import Redactor
-from gantry.mcp.manifest import (ALLOWED, DEFAULT_PATH, ManifestError, ServerSpec, load, parse,
-                                 secrets)
+from gantry.mcp.manifest import (
+    ALLOWED,
+    DEFAULT_PATH,
+    ManifestError,
+    ServerSpec,
+    load,
+    parse,
+    secrets,
+)
 
 PY = sys.executable
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TOKEN": "s3cret", "HOME": "/home/x"}
