@@ -10,6 +10,7 @@ from anyio.abc import TaskStatus
 
 from gantry.mcp import convert
 from gantry.mcp.auth import AuthHook
+from gantry.mcp.breaker import Breaker
 from gantry.mcp.caller import Caller
 from gantry.mcp.catalog import Catalog, ListedTool
 from gantry.mcp.convert import CallResult
@@ -40,7 +41,6 @@ class Server:
                                      self.asking)
         self.caller = Caller(self.supervisor, self.asking, keep)
         # The parts' objects that are never replaced, under the names the host's users read.
-        self.breaker = self.supervisor.breaker
         self.login: Any = self.supervisor.login
         self.stats = self.caller.stats
         self.hidden = self.catalog.hidden
@@ -63,6 +63,15 @@ class Server:
 
     async def read_resource(self, uri: str) -> CallResult:
         return await self.watches.read(self.supervisor.session, self.supervisor.state, uri)
+
+    @property
+    def breaker(self) -> Breaker:
+        return self.supervisor.breaker
+
+    @breaker.setter
+    def breaker(self, breaker: Breaker) -> None:
+        """A breaker with other thresholds (the tests set one)."""
+        self.supervisor.breaker = breaker
 
     @property
     def session(self) -> Any:
