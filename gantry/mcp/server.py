@@ -40,7 +40,7 @@ class Server:
         self.supervisor = Supervisor(spec, environ, auth, self.catalog, self.watches,
                                      self.asking)
         self.caller = Caller(self.supervisor, self.asking, keep)
-        # The parts' objects that are never replaced, under the names the host's users read.
+        # The parts' objects that are never replaced, under the names Host's users read.
         self.login: Any = self.supervisor.login
         self.stats = self.caller.stats
         self.hidden = self.catalog.hidden
