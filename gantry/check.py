@@ -292,7 +292,8 @@ async def _probe_server(spec: Any, environ: Mapping[str, str], db_path: Any = No
     started = time.monotonic()
     auth = None
     if getattr(spec, "auth", None) == "oauth":
-        from gantry.mcp.tokens import login_check, oauth_hook
+        from gantry.mcp.auth import oauth_hook
+        from gantry.mcp.tokens import login_check
 
         verdict = login_check(spec, db_path, time.time())
         if verdict is not None and not verdict[0]:

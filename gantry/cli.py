@@ -196,19 +196,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def environ(args: Any, command: str) -> Mapping[str, str] | None:
-    """The environment a command reads, over its `--env-file`; None (reported) if unreadable."""
-    if not getattr(args, "env_file", None):
-        return os.environ
-    from gantry.envfile import EnvFileError, merged
-
-    try:
-        return merged(args.env_file)
-    except EnvFileError as exc:
-        print(f"gantry {command}: {exc}", file=sys.stderr)
-        return None
-
-
 def data_dir(args: Any, env: Mapping[str, str]) -> str:
     """--data-dir, else DATA_DIR, else the default."""
     return args.data_dir or env.get("DATA_DIR", "").strip() or "/data"
@@ -216,6 +203,8 @@ def data_dir(args: Any, env: Mapping[str, str]) -> str:
 
 def _listing(args: Any, command: str, lister: Callable[[str, bool], tuple[bool, str]]) -> int:
     """`gantry cron|watch list`: a read-only report from the database in DATA_DIR."""
+    from gantry.envfile import environ
+
     env = environ(args, command)
     if env is None:
         return EXIT_FAIL
@@ -258,6 +247,7 @@ def _init(args: Any) -> int:
 
 
 def _status(args: Any) -> int:
+    from gantry.envfile import environ
     from gantry.heartbeat import DEFAULT_MAX_AGE, check
 
     env = environ(args, "status")

@@ -3,7 +3,7 @@
 The conversation is channel-neutral: the server's message, then one question per requested
 field, each answer checked against the field's schema and asked again when it does not fit.
 A channel supplies the `Dialog` (Telegram: inline-keyboard buttons; stdio: numbered
-choices). Nothing here imports the MCP SDK: gantry/mcp/host.py turns the outcome into the
+choices). Nothing here imports the MCP SDK: gantry/mcp/elicitation.py turns the outcome into the
 SDK's ElicitResult. The answers go to the server only, never to the model as messages.
 """
 

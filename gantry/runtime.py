@@ -149,9 +149,9 @@ def load_mcp(cfg: Config, environ: Mapping[str, str], registry: Any, outbox: Any
         raise BootError(str(exc)) from None
     if not specs:
         return None
+    from gantry.mcp.auth import oauth_hook
     from gantry.mcp.elicitation import Elicitor
     from gantry.mcp.host import Host
-    from gantry.mcp.tokens import oauth_hook
     from gantry.outbox import Outbox, attachment_tool
 
     if outbox is None:  # `gantry tools list`: the same offer, nothing is kept

@@ -14,7 +14,7 @@ import pytest
 
 from gantry import elicit
 from gantry.elicit import Caller, Question
-from gantry.mcp import host as hostmod
+from gantry.mcp import caller as callpath
 from gantry.mcp.elicitation import MAX_QUESTIONS, Elicitor
 from gantry.mcp.host import Host
 from gantry.mcp.manifest import parse
@@ -310,7 +310,7 @@ async def test_answered_questions_never_move_a_call_past_the_ceiling(
 ) -> None:
     """An answered question moves the cap on by its time, but never past MAX_CALL_SECONDS
     (2.5 s here): a question still open then is closed, and the call ends."""
-    monkeypatch.setattr(hostmod, "MAX_CALL_SECONDS", 2.5)
+    monkeypatch.setattr(callpath, "MAX_CALL_SECONDS", 2.5)
     dialog = Late(word, delay=1.0)
     async with nagging(dialog, question_timeout=30.0, call_timeout=0.2) as host:
         result, took = await asked(host, {"rounds": 20, "always": True})

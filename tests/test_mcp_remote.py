@@ -19,7 +19,8 @@ import anyio
 import pytest
 
 from gantry import log as logsetup
-from gantry.mcp import host as hostmod
+from gantry.mcp import caller as callpath
+from gantry.mcp import supervise
 from gantry.mcp.deadline import held
 from gantry.mcp.host import Host, ServerStartError
 from gantry.mcp.manifest import load, parse
@@ -181,7 +182,7 @@ async def test_a_flapping_remote_is_used_as_soon_as_it_is_back(
     assert reached(calls) == [f"up {n}" for n in range(5)]
     delays = [r.__dict__["in_seconds"] for r in caplog.records
               if r.getMessage() == "mcp server down; restarting"]
-    assert delays and max(delays) <= hostmod.REMOTE_BACKOFF_CAP, delays
+    assert delays and max(delays) <= supervise.REMOTE_BACKOFF_CAP, delays
 
 
 async def test_progress_keeps_a_call_alive_past_its_timeout_over_http() -> None:
@@ -205,10 +206,10 @@ async def test_progress_keeps_a_stdio_call_alive_too() -> None:
 async def test_a_call_reporting_progress_forever_is_cut_at_the_cap(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(hostmod, "PROGRESS_CAP_FACTOR", 4)
+    monkeypatch.setattr(callpath, "PROGRESS_CAP_FACTOR", 4)
     with fixture_http() as srv:
         async with running(toml_remote("fx", srv.url, timeout=0.5)) as host:
-            assert hostmod.call_cap(0.5) == 2.0
+            assert callpath.call_cap(0.5) == 2.0
             result = await host.call("fx", "forever", {"every": 0.1})
             assert result.error
             assert "kept reporting progress" in result.text and "2 s" in result.text

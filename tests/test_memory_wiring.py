@@ -14,7 +14,7 @@ from gantry import db
 from gantry.agent import Agent
 from gantry.channel.base import Inbound
 from gantry.config import load
-from gantry.mcp.host import CallResult
+from gantry.mcp.convert import CallResult
 from gantry.memory.mcp_backend import SHAPE_AIGPT, SHAPE_TOOLS
 from gantry.memory.store import KINDS
 from gantry.memory.wiring import MemoryParts, build, counts_line

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,3 +124,26 @@ class Elicitor:
         assert cut.cancelled_caught
         await dialog.tell(caller, CUT)
         return elicit.Outcome("cancel", answered=False)
+
+
+class Asking:
+    """One server's elicitation plumbing: its calls in flight, and its session's callback."""
+
+    def __init__(self, server: str, elicitor: Elicitor | None) -> None:
+        self.server = server
+        self.elicitor = elicitor  # None: the elicitation capability is not declared
+        self.inflight = InFlight()
+
+    def callback(self) -> Any:
+        """The ClientSession's elicitation_callback (the SDK's ElicitationFnT); None declares
+        no elicitation capability."""
+        return self._on_elicit if self.elicitor is not None else None
+
+    async def _on_elicit(self, context: Any, params: Any) -> Any:
+        """A server's elicitation/create: asked of the user of the turn whose call it serves."""
+        assert self.elicitor is not None
+        return await self.elicitor.answer(self.server, self.inflight, params)
+
+    def running(self, deadline: Deadline) -> AbstractContextManager[None]:
+        """A call in flight on the server, with the turn that made it (its user is asked)."""
+        return self.inflight.running(elicit.TURN.get(), deadline)
