@@ -11,7 +11,8 @@ one or more calls in a chat template's tool-call markup (`<tool_call>`, `<|pytho
 `[TOOL_CALLS]`, `<function=…>`), plain JSON or Python-call syntax, bare or in one fenced
 block — and only when every call names a tool that was offered. A call shown inside prose
 (a model explaining a format, or repeating a document or web page that holds one) is
-text: untrusted text must never run a tool the model did not choose.
+text: untrusted text must never run a tool the model did not choose. While a reply still
+streams, gantry.model.gate holds back what may yet turn out to be one.
 """
 
 from __future__ import annotations
