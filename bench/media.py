@@ -94,7 +94,7 @@ async def _turns(api: str, llm_url: str, cases: dict[str, str], turns: int,
     from gantry import db
     from gantry.agent import Agent
     from gantry.channel.base import Inbound
-    from gantry.provider import Provider
+    from gantry.model.client import Provider
     from gantry.session import SessionStore
     from gantry.tools import Registry
 

@@ -19,8 +19,30 @@ import anyio
 
 from gantry import __version__, elicit
 from gantry.channel.base import Inbound, ReplyStream, TurnFailed, unknown_command
+from gantry.model.assemble import Completion, new_call_id
+from gantry.model.gate import StreamGate
+from gantry.model.messages import (
+    AssistantMessage,
+    FunctionCall,
+    ImagePart,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolDef,
+    ToolMessage,
+    UserMessage,
+    encode,
+    user_content,
+)
+from gantry.model.salvage import parse_arguments, printed_calls, split_reasoning
+from gantry.model.vision import (
+    EARLIER,
+    NO_VISION_NOTICE,
+    has_images,
+    rejects_images,
+    without_images,
+)
 from gantry.prompt import assemble, system_text, time_footer
-from gantry.salvage import StreamGate, parse_arguments, printed_calls, split_reasoning
 from gantry.session import (
     CANCELLED_RESULT,
     SessionStore,
@@ -34,28 +56,6 @@ from gantry.session import (
 )
 from gantry.tools import CALLER, Offer, Registry, offered
 from gantry.turns import tool_call
-from gantry.vision import (
-    EARLIER,
-    NO_VISION_NOTICE,
-    has_images,
-    rejects_images,
-    without_images,
-)
-from gantry.wire.openai import (
-    AssistantMessage,
-    Completion,
-    FunctionCall,
-    ImagePart,
-    Message,
-    SystemMessage,
-    ToolCall,
-    ToolDef,
-    ToolMessage,
-    UserMessage,
-    encode,
-    new_call_id,
-    user_content,
-)
 
 log = logging.getLogger("gantry.agent")
 
@@ -89,7 +89,7 @@ HELP = (
 
 
 class Model(Protocol):
-    """What the agent needs from the provider (gantry.provider.Provider satisfies it)."""
+    """What the agent needs from the provider (gantry.model.client.Provider satisfies it)."""
 
     model: str
 
@@ -292,7 +292,7 @@ class Agent:
         `scheduled_for` (unix seconds) marks a turn the scheduler started, due then.
         `images` go with `text` as content parts of the user message.
         """
-        from gantry.provider import ProviderError
+        from gantry.model.errors import ProviderError
 
         started = time.monotonic()
         _ids, history = self.sessions.load(session_id)
@@ -476,7 +476,7 @@ class Agent:
     ) -> Completion:
         """One model call, its reply repaired (`_recover`). A streamed reply shows only what
         can be neither reasoning nor a printed tool call (StreamGate)."""
-        from gantry.provider import Done, TextDelta
+        from gantry.model.client import Done, TextDelta
 
         if stream is None:
             return self._recover(await self.model.complete(messages, tools), names, tools)
@@ -604,7 +604,7 @@ class Agent:
         If the summariser fails, nothing is deleted (the prompt is still trimmed in memory),
         unless the stored history has grown past twice the message cap.
         """
-        from gantry.provider import ProviderError
+        from gantry.model.errors import ProviderError
 
         old = self.sessions.summary(session_id)
         overhead = est_tokens(len(system_text(self.persona(), "", old)))
@@ -612,7 +612,7 @@ class Agent:
         if count <= self.max_messages and est_tokens(chars) + overhead <= self.max_tokens:
             return  # cheap check first: raw size under the caps means nothing to fold
         ids, history = self.sessions.load(session_id)
-        # as later prompts carry it: answered turns' images are one line each (gantry.vision)
+        # as later prompts carry it: answered turns' images are one line each (gantry.model.vision)
         seen = collapse_tool_results(without_images(history, EARLIER))
         if len(history) <= self.max_messages and (
             history_tokens(seen) + overhead <= self.max_tokens

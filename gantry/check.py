@@ -127,8 +127,10 @@ def check_tls(environ: Mapping[str, str]) -> tuple[Result, Any]:
 
 
 async def check_model(cfg: Config, context: Any) -> Result:
-    from gantry.provider import Provider, ProviderError, RetryPolicy
-    from gantry.wire.openai import UserMessage
+    from gantry.model.client import Provider
+    from gantry.model.errors import ProviderError
+    from gantry.model.messages import UserMessage
+    from gantry.model.retry import RetryPolicy
 
     retry = RetryPolicy(max_attempts=1, deadline=MODEL_TIMEOUT)
     started = time.monotonic()

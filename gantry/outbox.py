@@ -30,8 +30,8 @@ from typing import Any
 
 from gantry.channel.reply import CAPTION_MAX, MAX_ATTACHMENTS, Attachment
 from gantry.kept import tidy
+from gantry.model.messages import AssistantMessage, Message, ToolMessage
 from gantry.tools import CALLER, Tool, ToolError
-from gantry.wire.openai import AssistantMessage, Message, ToolMessage
 
 log = logging.getLogger("gantry.outbox")
 

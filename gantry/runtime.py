@@ -200,7 +200,7 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
     from gantry import db, sdnotify
     from gantry.agent import Agent
     from gantry.cron.tools import zone as user_zone
-    from gantry.provider import Provider
+    from gantry.model.client import Provider
     from gantry.session import SessionStore
     from gantry.tls import TLSConfigError, ca_context
     from gantry.tools import Registry, offered

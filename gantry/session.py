@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from gantry.wire.openai import (
+from gantry.model.messages import (
     AssistantMessage,
     Message,
     SystemMessage,

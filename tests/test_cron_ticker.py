@@ -24,7 +24,8 @@ from gantry.config import Config
 from gantry.cron import Cron, setup, ticker
 from gantry.cron.store import NOTICE_AFTER
 from gantry.cron.ticker import MAX_TURN_ATTEMPTS
-from gantry.provider import Provider, RetryPolicy
+from gantry.model.client import Provider
+from gantry.model.retry import RetryPolicy
 from gantry.runtime import Turns
 from gantry.session import SessionStore
 from gantry.tools import CALLER, Registry

@@ -23,15 +23,9 @@ from gantry.channel.reply import MARK, MAX_ATTACHMENTS, Attachment, pack, unpack
 from gantry.channel.stdio import StdioChannel
 from gantry.channel.telegram_store import Accepted
 from gantry.mcp import convert
+from gantry.model.messages import AssistantMessage, FunctionCall, ToolCall, ToolMessage, UserMessage
 from gantry.outbox import TOOL_NAME, Outbox, attachment_tool, safe_name, turn_attachments
 from gantry.tools import CALLER, Registry
-from gantry.wire.openai import (
-    AssistantMessage,
-    FunctionCall,
-    ToolCall,
-    ToolMessage,
-    UserMessage,
-)
 from tests.fakes.telegram import FakeTelegram
 from tests.test_telegram import TOKEN, USER, quick, running, settle  # noqa: F401
 

@@ -119,7 +119,7 @@ def test_a_photo_to_a_model_without_vision_is_answered_once_told_once(  # type: 
 ) -> None:
     """OpenAI's 400 for image input: the turn is retried once without the image, the user
     is told once; the next text turn and the next photo work with no refusal in between."""
-    from gantry.vision import NO_VISION_NOTICE
+    from gantry.model.vision import NO_VISION_NOTICE
     from tests.fakes.media_samples import jpeg
     from tests.fakes.openai import has_image
 

@@ -15,7 +15,7 @@ from gantry.channel.stdio import StdioChannel
 from gantry.media.build import MediaReader
 from gantry.media.local import ATTACH_HELP, parse_attach
 from gantry.media.transcribe import UNSET_REPLY
-from gantry.provider import Provider
+from gantry.model.client import Provider
 from gantry.session import SessionStore
 from gantry.tools import Registry
 from tests.fakes.media_samples import jpeg, ogg, pdf

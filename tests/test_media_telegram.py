@@ -18,7 +18,7 @@ from gantry.agent import Agent
 from gantry.channel.telegram import NON_TEXT_REPLY, TelegramChannel
 from gantry.media.build import MediaReader
 from gantry.media.transcribe import UNSET_REPLY, Transcriber
-from gantry.provider import Provider
+from gantry.model.client import Provider
 from gantry.session import SessionStore
 from gantry.tools import Registry
 from tests.fakes.media_samples import jpeg, ogg, pdf

@@ -18,8 +18,9 @@ from gantry.mcp.convert import CallResult
 from gantry.memory.mcp_backend import SHAPE_AIGPT, SHAPE_TOOLS
 from gantry.memory.store import KINDS
 from gantry.memory.wiring import MemoryParts, build, counts_line
+from gantry.model.client import Provider
+from gantry.model.retry import RetryPolicy
 from gantry.prompt import PRECEDENCE
-from gantry.provider import Provider, RetryPolicy
 from gantry.session import SessionStore
 from gantry.tools import Registry, Tool, mcp_source
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls

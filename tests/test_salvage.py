@@ -14,16 +14,16 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from gantry.agent import CAP_NOTE, NO_ANSWER, NUDGE, Agent
-from gantry.salvage import (
+from gantry.model.assemble import Completion
+from gantry.model.gate import StreamGate
+from gantry.model.salvage import (
     MARKERS,
-    StreamGate,
     parse_arguments,
     printed_calls,
     resolve_name,
     split_reasoning,
 )
 from gantry.tools import Registry, Tool, mcp_source
-from gantry.wire.openai import Completion
 from tests.fakes.openai import Call, FakeOpenAI, RawSSE, Reply, ToolCalls, WhenOffered
 from tests.test_agent import fake, make_agent, msg
 
@@ -640,7 +640,7 @@ async def test_every_printed_format_runs_the_real_time_server(
     reaches it, its real result goes back to the model, the user reads only the answer."""
     from gantry import db
     from gantry.agent import Agent
-    from gantry.provider import Provider
+    from gantry.model.client import Provider
     from gantry.session import SessionStore
     from tests.fakes.mcp_servers import time_command, toml_server
     from tests.test_mcp_host import running

@@ -652,7 +652,7 @@ def test_slash_stop_ends_a_30_s_model_call_and_the_next_message_is_answered(  # 
 
 def user_texts(data_dir: str) -> list[str]:
     """The text of every user message in the history (content parts or a plain string)."""
-    from gantry.wire.openai import UserMessage, decode_messages
+    from gantry.model.messages import UserMessage, decode_messages
 
     conn = apsw.Connection(f"{data_dir}/gantry.db", flags=apsw.SQLITE_OPEN_READONLY)
     try:

@@ -21,7 +21,7 @@ from gantry.agent import Agent
 from gantry.channel.base import NOTHING_TO_STOP, STOPPED_REPLY, Inbound
 from gantry.mcp.host import Host
 from gantry.mcp.manifest import parse
-from gantry.provider import Provider
+from gantry.model.client import Provider
 from gantry.session import CANCELLED_RESULT, STOPPED_ANSWER, SessionStore
 from gantry.tools import Registry, Tool
 from gantry.turns import Turns

@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 import msgspec
 
-from gantry.wire.openai import ImagePart
+from gantry.model.messages import ImagePart
 
 Progress = Callable[[int, int], None]
 

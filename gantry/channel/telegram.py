@@ -76,7 +76,7 @@ from gantry.channel.tgmedia import incoming
 from gantry.media.build import MediaReader
 from gantry.media.files import MediaError
 from gantry.media.kinds import dump
-from gantry.wire.openai import ImagePart
+from gantry.model.messages import ImagePart
 
 log = logging.getLogger("gantry.channel.telegram")
 

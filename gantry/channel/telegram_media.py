@@ -17,7 +17,7 @@ from gantry.channel.telegram_store import Pending, TelegramStore
 from gantry.media.build import MediaReader, compose
 from gantry.media.files import MediaError, TooLarge, save_stream
 from gantry.media.kinds import Media, load
-from gantry.wire.openai import ImagePart
+from gantry.model.messages import ImagePart
 
 ALBUM_WAIT = 1.5  # seconds after an album's newest part before it is answered
 ALBUMS_REMEMBERED = 256  # (chat, album) pairs whose later parts follow the first in a group

@@ -15,7 +15,7 @@ from gantry.media import convert, pdfproc
 from gantry.media.files import MEDIA_DIR, MediaError, TooLarge, place
 from gantry.media.kinds import Media, duration_text, human_size
 from gantry.media.transcribe import Transcriber, unset_reply
-from gantry.wire.openai import ImagePart
+from gantry.model.messages import ImagePart
 
 log = logging.getLogger("gantry.media")
 

@@ -8,7 +8,7 @@ import base64
 from pathlib import Path
 
 from gantry.media.kinds import Media, human_size
-from gantry.wire.openai import ImagePart, ImageURL
+from gantry.model.messages import ImagePart, ImageURL
 
 TEXT_MAX_CHARS = 50_000  # a document's text inlined into the turn, at most
 IMAGE_MAX_BYTES = 5_000_000  # larger images are kept as files (most vision APIs refuse more)
