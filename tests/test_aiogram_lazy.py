@@ -246,7 +246,7 @@ def test_pydantic_deferral_hooks_unchanged() -> None:
     import pydantic
     from pydantic._internal import _config, _mock_val_ser, _model_construction
 
-    from gantry.channel import aiogram_lazy
+    from gantry.channel.telegram import lazy_aiogram as aiogram_lazy
 
     aiogram_lazy._check_pydantic()
     rebuild = inspect.getsource(pydantic.BaseModel.model_rebuild)
