@@ -1,5 +1,4 @@
-"""The terminal REPL's keyboard: keystrokes into a line (pure), the terminal's key mode,
-and how many columns text takes."""
+"""The terminal REPL's keyboard: keystrokes into a line, the key mode, text's column width."""
 
 from __future__ import annotations
 

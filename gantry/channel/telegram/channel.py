@@ -30,6 +30,8 @@ from gantry.media.build import MediaReader
 
 
 class TelegramChannel:
+    """The channel gantry runs: its parts built here, run by serve; push for cron and watch."""
+
     name = "telegram"
 
     def __init__(

@@ -1,5 +1,7 @@
-"""Replies out, exactly once: a stored reply's parts sent (or streamed ones edited) in order,
-each recorded as sent, with the per-chat edit slot and the shutdown grace."""
+"""Replies out, exactly once: each part sent (or a streamed one edited), recorded in order.
+
+Also the per-chat edit slot (about one edit a second) and the grace deliveries get at shutdown.
+"""
 
 from __future__ import annotations
 

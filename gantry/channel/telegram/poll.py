@@ -1,5 +1,8 @@
-"""The poller: getUpdates long-polling, each batch recorded (with its next offset) before the
-next poll confirms it, the allowlist and group filter, buttons, answers and /stop out of band."""
+"""The poller: getUpdates batches recorded before the next poll confirms them, then queued.
+
+Each batch is stored with its next offset first, so a crash loses nothing. Here too: the
+allowlist and group filter, elicitation buttons and answers, and /stop out of band.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""One worker per chat: its updates answered in arrival order, each step retried or given
-up by the crash policy (store.next_attempt), and the chat's running turn for /stop."""
+"""One worker per chat: its updates answered in arrival order, each step retried or given up.
+
+The policy is store.next_attempt's; the worker also knows the chat's running turn, for /stop.
+"""
 
 from __future__ import annotations
 
