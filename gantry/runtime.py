@@ -361,7 +361,7 @@ def main(env_file: str | None) -> int:
 
     fatal: tuple[type[Exception], ...] = (BootError, DatabaseError, PersonaError)
     if cfg.channel == "telegram":
-        from gantry.channel.telegram import BotTokenRejected
+        from gantry.channel.telegram.bot import BotTokenRejected
 
         fatal += (BotTokenRejected,)
     try:

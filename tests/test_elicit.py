@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gantry import elicit
-from gantry.channel.stdio_elicit import StdioDialog, read_answer, render
-from gantry.channel.tg_elicit import CLOSED, NOT_YOURS, TelegramDialog, parse_data
+from gantry.channel.stdio.elicit import StdioDialog, read_answer, render
+from gantry.channel.telegram.elicit import CLOSED, NOT_YOURS, TelegramDialog, parse_data
 from gantry.elicit import Caller, Field, Invalid, Question, Unsupported, fields, parse, question
 
 ME = Caller("telegram", "42", "42")

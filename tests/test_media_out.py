@@ -21,7 +21,7 @@ from gantry import db
 from gantry.channel.base import Inbound
 from gantry.channel.reply import MARK, MAX_ATTACHMENTS, Attachment, pack, unpack
 from gantry.channel.stdio import StdioChannel
-from gantry.channel.telegram_store import Accepted
+from gantry.channel.telegram.store import Accepted
 from gantry.mcp import convert
 from gantry.model.messages import AssistantMessage, FunctionCall, ToolCall, ToolMessage, UserMessage
 from gantry.outbox import TOOL_NAME, Outbox, attachment_tool, safe_name, turn_attachments
@@ -234,7 +234,7 @@ async def test_delivery_resumes_after_the_text_and_sends_the_photo_once(
     only the photo goes, once; and a reply whose photo was recorded sent sends nothing."""
     att = _photo(tmp_path)
     conn = db.connect(tmp_path / "g.db")
-    from gantry.channel.telegram_store import TelegramStore
+    from gantry.channel.telegram.store import TelegramStore
 
     store = TelegramStore(conn)
     store.accept([Accepted(1, USER, USER, 1, "a"), Accepted(2, USER, USER, 2, "b")], 3)

@@ -15,7 +15,8 @@ import pytest
 
 from gantry import db
 from gantry.agent import Agent
-from gantry.channel.telegram import NON_TEXT_REPLY, TelegramChannel
+from gantry.channel.telegram import TelegramChannel
+from gantry.channel.telegram.poll import NON_TEXT_REPLY
 from gantry.media.build import MediaReader
 from gantry.media.transcribe import UNSET_REPLY, Transcriber
 from gantry.model.client import Provider

@@ -117,7 +117,8 @@ async def test_memory_tools_run_in_private_and_are_neither_offered_nor_run_in_a_
     async def clock(args: dict[str, Any]) -> str:
         return "noon"
 
-    registry.register(Tool("clock__now", "the time", {"type": "object"}, clock, mcp_source("clock")))
+    registry.register(
+        Tool("clock__now", "the time", {"type": "object"}, clock, mcp_source("clock")))
     mom = {"kind": "person", "subject": "mom", "content": "prefers calls over texts"}
     fake.push(ToolCalls([Call("memory_store", mom, id="p1")]),
               ToolCalls([Call("memory_recall", {"query": "mom"}, id="p2")]), Reply("noted"))

@@ -30,7 +30,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gantry.channel.stdio import MARK_MAX, LineEditor, mark
+from gantry.channel.stdio.editor import LineEditor
+from gantry.channel.stdio.output import MARK_MAX, mark
 from gantry.session import CANCELLED_RESULT, STOPPED_ANSWER
 from tests.fakes.mcp_servers import python_fixture_toml
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls

@@ -21,7 +21,7 @@ from typing import Any
 import apsw
 import pytest
 
-from gantry.channel.tgformat import utf16_len
+from gantry.channel.telegram.format import utf16_len
 from tests.fakes.mcp_servers import python_fixture_toml
 from tests.fakes.openai import Call, Echo, FakeOpenAI, Reply, UseTool
 from tests.fakes.telegram import FakeTelegram
@@ -394,7 +394,7 @@ def test_crash_loop_on_one_message_ends_in_failed(  # type: ignore[no-untyped-de
 ) -> None:
     """A message during whose turn the process dies, start after start: after
     MAX_CRASHES starts it is marked failed, the user is told, and the next start is clean."""
-    from gantry.channel.telegram_store import MAX_CRASHES
+    from gantry.channel.telegram.store import MAX_CRASHES
 
     tg, llm = fakes
     llm.default = Echo(delay=60)
@@ -434,7 +434,7 @@ def test_kill_storm_on_one_turn_does_not_fail_the_message(  # type: ignore[no-un
     """Issue 24 #16: kill -9 of the whole process lands in the same turn, start after start,
     more often than a turn may fail (the crashes are not the message's fault): each restart
     pauses longer before retrying, and the message is answered, once."""
-    from gantry.channel.telegram_store import MAX_ATTEMPTS
+    from gantry.channel.telegram.store import MAX_ATTEMPTS
 
     tg, llm = fakes
     llm.default = Echo(delay=60)
@@ -468,7 +468,7 @@ def test_a_restart_storm_never_stalls_a_chat_behind_its_crashed_head(  # type: i
     import random
     from collections import Counter
 
-    from gantry.channel.telegram import FAILED_REPLY
+    from gantry.channel.telegram.worker import FAILED_REPLY
     from tests.fakes.media_samples import jpeg
 
     tg, llm = fakes

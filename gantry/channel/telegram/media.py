@@ -10,10 +10,10 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-import gantry.channel.aiogram_lazy  # noqa: F401  # isort: skip  (before aiogram: lazy models)
+import gantry.channel.telegram.lazy_aiogram  # noqa: F401  # isort: skip  (before aiogram: lazy models)
 from aiogram.exceptions import TelegramBadRequest
 
-from gantry.channel.telegram_store import Pending, TelegramStore
+from gantry.channel.telegram.store import Pending, TelegramStore
 from gantry.media.build import MediaReader, compose
 from gantry.media.files import MediaError, TooLarge, save_stream
 from gantry.media.kinds import Media, load
