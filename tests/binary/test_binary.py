@@ -701,4 +701,4 @@ def test_tools_list_in_the_image(sandbox: Sandbox, mcp_binds: dict[str, Path]) -
                      "st__echo", "st__env", "st__pid", "watch_add", "watch_cancel",
                      "watch_list"]  # the built-in tools too (watch_* and send_attachment
     # with MCP servers): what the model is offered
-    assert done.stdout.splitlines()[-1].startswith("tools offered: 14 (10 built in), ~")
+    assert done.stdout.splitlines()[-1].startswith("tools offered: 14 (10 built in + 4 MCP), ~")
