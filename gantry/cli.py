@@ -1,5 +1,5 @@
 """Command line: `gantry run | status | version | init | check | tools | cron | watch |
-memory | mcp | mcp-memory`.
+memory | mcp | mcp-memory | backup | restore`.
 
 Each command imports only what it needs: `status` is the container healthcheck and runs
 every few seconds, so it must not pay for aiogram, mcp or httpx.
@@ -95,7 +95,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(
         dest="command",
-        metavar="{run,status,version,init,check,tools,cron,watch,memory,mcp,mcp-memory}")
+        metavar="{run,status,version,init,check,tools,cron,watch,memory,mcp,mcp-memory,backup,"
+                "restore}")
     run = sub.add_parser("run", help="run the agent daemon (the default command)")
     env_file(run)
     st = sub.add_parser(
@@ -190,6 +191,9 @@ def _parser() -> argparse.ArgumentParser:
     from gantry.memory.cli import add_parsers as memory_parsers
 
     memory_parsers(sub)
+    from gantry.store.cli import add_parsers as store_parsers
+
+    store_parsers(sub)
     return p
 
 
@@ -356,6 +360,10 @@ def main(argv: list[str] | None = None) -> int:
         from gantry.mcp.login import main as login_main
 
         return login_main(args)
+    if command in ("backup", "restore"):
+        from gantry.store.cli import main as store_main
+
+        return store_main(args)
     if command in ("mcp-memory", "memory"):
         from gantry.memory.cli import main as memory_main
 

@@ -197,7 +197,19 @@ async def start_mcp(host: Any, tg: TaskGroup) -> None:
 
 
 async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
-    from gantry import db, sdnotify
+    from gantry import db
+    from gantry.store import lock
+
+    db.ensure_data_dir(cfg.data_dir)
+    held = lock.shared(cfg.data_dir)  # `gantry restore` refuses while it is held
+    try:
+        await _serve(cfg, db.connect(cfg.db_path), environ)
+    finally:
+        lock.release(held)
+
+
+async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> None:
+    from gantry import sdnotify
     from gantry.agent import Agent
     from gantry.cron.tools import zone as user_zone
     from gantry.provider import Provider
@@ -205,8 +217,6 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
     from gantry.tls import TLSConfigError, ca_context
     from gantry.tools import Registry, offered
 
-    db.ensure_data_dir(cfg.data_dir)
-    conn = db.connect(cfg.db_path)
     persona = PersonaHolder(cfg.persona_dir)
     persona.load()
     try:
