@@ -262,6 +262,11 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
 
             watches = watch.setup(cfg, conn, registry, mcp_host, cron.ticker, channel.can_push)
             agent.status_lines.append(watches.status)
+    from gantry.store import schedule
+
+    backups = schedule.setup(cfg)
+    if backups is not None:
+        agent.private_status_lines.append(backups.status)
     log.info(
         "gantry starting",
         extra={"version": __version__, "channel": cfg.channel, "model": cfg.llm_model},
@@ -285,6 +290,8 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
             tg.start_soon(_signals, tg, receive, agent, turns, persona)
             if cron is not None:
                 tg.start_soon(cron.run)
+            if backups is not None:
+                tg.start_soon(backups.run)
             with receive:
                 await channel.serve(respond, ready)
             if not receive.cancel_called:  # input ended (EOF): finish up and leave

@@ -272,3 +272,48 @@ def test_backup_needs_a_destination(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     [copy] = (tmp_path / "nightly").glob("gantry-*.db")
     assert abs(copy.stat().st_mtime - started) < 120
+
+
+def test_scheduled_backups_rotate_while_turns_are_answered(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run, tmp_path: Path
+) -> None:
+    from gantry.store.examine import examine
+
+    tg, _ = fakes
+    out = tmp_path / "nightly"
+    g = run(BACKUP_DIR=str(out), BACKUP_EVERY="5s", BACKUP_KEEP="2", LOG_LEVEL="warning")
+    seen: set[str] = set()
+
+    def rotated() -> bool:
+        seen.update(p.name for p in out.glob("gantry-*.db"))
+        return len(seen) >= 3
+
+    for i in range(3):
+        tg.push_text(USER, f"during backups {i}")
+    wait(rotated, 120, "three scheduled backups")
+    assert tg.wait_sent_sync(USER, 3, timeout=60)[:3] == [f"echo: during backups {i}"
+                                                           for i in range(3)]
+    kept = sorted(out.glob("gantry-*.db"))
+    assert 1 <= len(kept) <= 2  # BACKUP_KEEP
+    for p in kept:
+        assert examine(p, thorough=True).version > 0
+    tg.push_text(USER, "/status")
+    status = tg.wait_sent_sync(USER, 4, timeout=60)[3]
+    assert f"backups: every 5s to {out}, keeping 2; last gantry-" in status
+    assert g.stop() == 0
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_failing_scheduled_backups_are_logged_counted_and_block_no_turn(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run, tmp_path: Path
+) -> None:
+    tg, _ = fakes
+    g = run(BACKUP_DIR="/proc/gantry-backups", BACKUP_EVERY="5s", LOG_LEVEL="warning")
+    tg.push_text(USER, "hello")
+    assert tg.wait_sent_sync(USER, 1, timeout=90) == ["echo: hello"]
+    tg.push_text(USER, "/status")
+    status = tg.wait_sent_sync(USER, 2, timeout=60)[1]
+    assert "backups: every 5s to /proc/gantry-backups" in status
+    assert "FAILING (1 in a row, 1 in all): /proc/gantry-backups:" in status
+    assert g.stop() == 0
+    assert '"scheduled backup failed"' in g.stderr and "Traceback" not in g.stderr
