@@ -90,8 +90,14 @@ async def _heartbeat(conn: Any) -> None:
         try:
             heartbeat.touch(conn, __version__)
             sdnotify.notify("WATCHDOG=1")
-        except Exception:
-            log.exception("heartbeat write failed")
+        except Exception as exc:
+            from gantry.store.space import db_dir, full_message, is_full
+
+            if not is_full(exc):
+                log.exception("heartbeat write failed")
+            else:  # said once by the channel too; `gantry status` says unhealthy meanwhile
+                log.warning("heartbeat write failed", extra={"error": full_message(
+                    db_dir(conn))})
         await anyio.sleep(heartbeat.INTERVAL)
 
 

@@ -75,6 +75,14 @@ from gantry.channel.tgformat import (
 from gantry.channel.tgmedia import incoming
 from gantry.media import MediaError, MediaReader
 from gantry.media.kinds import dump
+from gantry.store.space import (
+    FULL_POLL_SECONDS,
+    StorageFull,
+    db_dir,
+    full_error,
+    has_room,
+    is_full,
+)
 from gantry.wire.openai import ImagePart
 
 log = logging.getLogger("gantry.channel.telegram")
@@ -203,6 +211,7 @@ class TelegramChannel:
     ) -> None:
         self.allowed = frozenset(allowed_users)
         self.store = TelegramStore(conn)
+        self._full = False  # a full disk was reported and not yet seen freed
         self.stream_replies = stream_replies
         self.poll_timeout = poll_timeout
         session = _Session(ssl_context, api=TelegramAPIServer.from_base(api_url.rstrip("/")))
@@ -484,6 +493,9 @@ class TelegramChannel:
                 except TurnAborted:
                     return  # shutdown cut the turn: the update stays pending for next start
                 except Exception as exc:
+                    if is_full(exc) or isinstance(exc, StorageFull):
+                        await self._wait_for_space(exc)
+                        continue
                     log.error("chat worker failed; retrying", extra={"chat_id": chat},
                               exc_info=exc)
                     progressed = False
@@ -494,6 +506,32 @@ class TelegramChannel:
         finally:
             self._active.discard(chat)
             self._edit_at.pop(chat, None)
+
+    async def _wait_for_space(self, exc: Exception) -> None:
+        """A full disk: said once (path and free space), then wait for room and carry on; the
+        update stays pending and its cut attempt is not counted against it."""
+        if not isinstance(exc, StorageFull):
+            exc = full_error(self.store.conn)
+        if not self._full:
+            self._full = True
+            log.error("cannot store messages: disk full; waiting for space",
+                      extra={"error": str(exc)})
+        directory = db_dir(self.store.conn)
+        while True:
+            while not has_room(directory):
+                await anyio.sleep(FULL_POLL_SECONDS)
+            try:
+                if exc.update_id is not None:
+                    self.store.undo_attempt(exc.update_id)
+                break
+            except Exception as again:
+                if not is_full(again):
+                    raise
+                await anyio.sleep(FULL_POLL_SECONDS)  # room enough to look, not to write
+        if self._full:
+            self._full = False
+            log.warning("disk has room again; answering the pending messages",
+                        extra={"dir": directory})
 
     async def _process(self, row: Pending) -> bool:
         """One step for one update: the turn, then delivery. False means "back off".
@@ -570,6 +608,8 @@ class TelegramChannel:
             row.reply = STOPPED_REPLY
             return True
         except Exception as exc:
+            if is_full(exc) or isinstance(exc, StorageFull):  # nothing to count it in
+                raise full_error(self.store.conn, row.update_id) from None
             failures = self.store.fail_attempt(row.update_id)
             log.error("turn failed; will retry",
                       extra={"update_id": row.update_id, "chat_id": row.chat_id,
@@ -658,14 +698,14 @@ class TelegramChannel:
                           group=row.chat_id != row.user_id, images=images,
                           on_answer=lambda reply: self.store.set_reply(row.update_id, reply))
         stream = TelegramStream(self, row) if self.stream_replies else None
-        ended: TurnAborted | TurnStopped | None = None
+        ended: TurnAborted | TurnStopped | StorageFull | None = None
         self._turning[row.chat_id] = (row.update_id, inbound)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._typing, row.chat_id)
                 try:
                     reply = await self._respond(inbound, stream)
-                except (TurnAborted, TurnStopped) as exc:  # here, not through the task group
+                except (TurnAborted, TurnStopped, StorageFull) as exc:  # not in a group
                     ended = exc
                 finally:
                     tg.cancel_scope.cancel()

@@ -39,3 +39,31 @@ def full_message(path: str | os.PathLike[str]) -> str:
     shown = "unknown" if free is None else human(free)
     return (f"the file system holding {where} is full ({shown} free); nothing half-written "
             "was kept: free space there and gantry carries on by itself")
+
+
+FULL_BYTES = 64 * 1024  # less free than this: no turn can be committed (a few 4 KiB pages)
+FULL_POLL_SECONDS = 2.0  # how often a waiting writer looks for freed space
+
+
+class StorageFull(Exception):
+    """A write failed because DATA_DIR's disk is full; `str()` names the path and the free
+    space. `update_id`: the Telegram update whose attempt it cut (its in-flight mark is
+    undone once space is back, so the full disk is not counted against the message)."""
+
+    def __init__(self, message: str, update_id: int | None = None) -> None:
+        super().__init__(message)
+        self.update_id = update_id
+
+
+def db_dir(conn: object) -> str:
+    """The directory of an apsw connection's main database file."""
+    return os.path.dirname(str(getattr(conn, "filename", "") or "")) or "."
+
+
+def full_error(conn: object, update_id: int | None = None) -> StorageFull:
+    return StorageFull(full_message(db_dir(conn)), update_id)
+
+
+def has_room(directory: str) -> bool:
+    free = free_bytes(directory)
+    return free is None or free >= FULL_BYTES

@@ -1,0 +1,98 @@
+"""Issue 39 item 4: DATA_DIR on a small tmpfs fills up during a turn, then space is freed.
+
+Needs root (mount -t tmpfs); skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.openai import Echo, FakeOpenAI
+from tests.fakes.telegram import FakeTelegram
+from tests.test_backup_e2e import answered_texts, integrity
+from tests.test_telegram_e2e import USER, fakes, run, wait
+
+__all__ = ["fakes", "run"]  # fixtures shared with the other e2e tests
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    if os.getuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "data"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs",
+                       str(mnt)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def fill(mnt: Path) -> Path:
+    """Take every free byte of the tmpfs (a file written until ENOSPC)."""
+    filler = mnt / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+
+        except OSError:
+            pass
+        try:
+            while True:
+                f.write(b"\0" * 512)
+
+        except OSError:
+            pass
+    return filler
+
+
+def status(data: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gantry", "status", "--data-dir", str(data)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_full_disk_during_a_turn_then_freed(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run, small_disk: Path
+) -> None:
+    tg, llm = fakes
+    g = run(DATA_DIR=str(small_disk), LOG_LEVEL="warning")
+    tg.push_text(USER, "before")
+    assert tg.wait_sent_sync(USER, 1, timeout=90) == ["echo: before"]
+    llm.default = Echo(delay=3)
+    tg.push_text(USER, "while full")
+    wait(lambda: len(llm.requests) >= 2, 60, "the turn's model call")
+    filler = fill(small_disk)  # the disk fills up while the model is answering
+    wait(lambda: "is full" in status(small_disk).stdout, 60, "status to say the disk is full")
+    assert status(small_disk).returncode == 1
+    time.sleep(8)  # full for a while: retries wait for space instead of failing the message
+    assert tg.sent_texts(USER) == ["echo: before"]  # nothing half-done was sent
+    requests = len(llm.requests)
+    filler.unlink()  # space is freed: gantry answers again by itself
+    llm.default = Echo()
+    assert tg.wait_sent_sync(USER, 2, timeout=120)[1] == "echo: while full"
+    assert requests <= 3  # no model call was made while the disk stayed full
+    tg.push_text(USER, "after")
+    assert tg.wait_sent_sync(USER, 3, timeout=60)[2] == "echo: after"
+    wait(lambda: status(small_disk).returncode == 0, 60, "status healthy again")
+    assert g.proc is not None and g.proc.poll() is None  # never restarted
+    assert g.stop() == 0
+    db = small_disk / "gantry.db"
+    assert integrity(db) == ["ok"]
+    assert answered_texts(db) == {"before", "while full", "after"}
+    assert tg.sent_texts(USER).count("echo: while full") == 1
+    full = [line for line in g.stderr.splitlines() if "disk full; waiting" in line]
+    assert len(full) == 1 and f"holding {small_disk} is full (" in full[0]
+    assert "crash" not in g.stderr and "died" not in g.stderr
+    assert "Traceback" not in g.stderr
