@@ -317,3 +317,20 @@ def test_failing_scheduled_backups_are_logged_counted_and_block_no_turn(  # type
     assert "FAILING (1 in a row, 1 in all): /proc/gantry-backups:" in status
     assert g.stop() == 0
     assert '"scheduled backup failed"' in g.stderr and "Traceback" not in g.stderr
+
+
+def test_restore_as_root_gives_the_database_to_data_dirs_owner(tmp_path: Path) -> None:
+    """systemd's dynamic user or the image's 65532 owns DATA_DIR; a root restore must not
+    leave it a root-owned gantry.db it cannot write."""
+    if os.getuid() != 0:
+        pytest.skip("chown needs root")
+    backup = tmp_path / "b.db"
+    _gantry_db(backup)
+    data = tmp_path / "data"
+    data.mkdir()
+    os.chown(data, 65532, 65532)
+    result = gantry("restore", str(backup), "--data-dir", str(data))
+    assert result.returncode == 0, result.stderr
+    st = (data / "gantry.db").stat()
+    assert (st.st_uid, st.st_gid) == (65532, 65532)
+    assert stat.S_IMODE(st.st_mode) == 0o600

@@ -79,6 +79,19 @@ def _restore_files(backup: Path, data_dir: Path, stamp: str) -> list[str]:
     return done
 
 
+def _give_to_owner(data_dir: Path, written: list[Path]) -> None:
+    """Run as root, hand what was restored to DATA_DIR's owner (the user gantry runs as),
+    or the next `gantry run` would find its database read-only."""
+    if os.geteuid() != 0:
+        return
+    st = data_dir.stat()
+    for top in written:
+        os.chown(top, st.st_uid, st.st_gid)
+        for root, dirs, names in os.walk(top) if top.is_dir() else ():
+            for name in (*dirs, *names):
+                os.chown(os.path.join(root, name), st.st_uid, st.st_gid, follow_symlinks=False)
+
+
 def restore(backup: str | os.PathLike[str], data_dir: str | os.PathLike[str]) -> list[str]:
     """Restore `backup` into DATA_DIR; the lines to print. DatabaseError (one sentence, and
     nothing changed) when the backup is unfit or a `gantry run` holds DATA_DIR."""
@@ -102,6 +115,7 @@ def restore(backup: str | os.PathLike[str], data_dir: str | os.PathLike[str]) ->
         finally:
             tmp.unlink(missing_ok=True)
         files = _restore_files(src, d, stamp)
+        _give_to_owner(d, [db, *(d / name for name in files)])
     finally:
         lock.release(fd)
     known = schema_version()
