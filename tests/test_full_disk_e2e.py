@@ -96,3 +96,34 @@ def test_full_disk_during_a_turn_then_freed(  # type: ignore[no-untyped-def]
     assert len(full) == 1 and f"holding {small_disk} is full (" in full[0]
     assert "crash" not in g.stderr and "died" not in g.stderr
     assert "Traceback" not in g.stderr
+
+
+def test_stdio_says_the_disk_is_full_and_carries_on(small_disk: Path, tmp_path: Path) -> None:
+    from tests.procs import ChildIO
+
+    llm = FakeOpenAI(default=Echo(delay=3))
+    llm.start_in_thread()
+    (tmp_path / "persona").mkdir()
+    env = {"PATH": os.environ["PATH"], "CHANNEL": "stdio", "LLM_BASE_URL": llm.base_url,
+           "LLM_API_KEY": "k", "LLM_MODEL": "m", "DATA_DIR": str(small_disk),
+           "PERSONA_DIR": str(tmp_path / "persona"), "LOG_LEVEL": "warning",
+           "LOG_FORMAT": "json"}
+    proc = subprocess.Popen([sys.executable, "-m", "gantry", "run"], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    io = ChildIO(proc)
+    try:
+        io.send("hello")
+        wait(lambda: len(llm.requests) >= 1, 60, "the model call")
+        filler = fill(small_disk)
+        io.expect(f"(not answered: the file system holding {small_disk} is full (", 60)
+        filler.unlink()
+        llm.default = Echo()
+        io.send("again")
+        io.expect("echo: again", 60)
+        assert proc.poll() is None
+    finally:
+        io.close_stdin()
+        proc.wait(timeout=30)
+        llm.stop()
+    assert "Traceback" not in io.stderr
