@@ -75,6 +75,7 @@ def test_full_disk_during_a_turn_then_freed(  # type: ignore[no-untyped-def]
     wait(lambda: len(llm.requests) >= 2, 60, "the turn's model call")
     filler = fill(small_disk)  # the disk fills up while the model is answering
     wait(lambda: "is full" in status(small_disk).stdout, 60, "status to say the disk is full")
+    tg.push_text(USER, "sent while full")  # cannot even be recorded: never skipped
     assert status(small_disk).returncode == 1
     time.sleep(8)  # full for a while: retries wait for space instead of failing the message
     assert tg.sent_texts(USER) == ["echo: before"]  # nothing half-done was sent
@@ -83,14 +84,15 @@ def test_full_disk_during_a_turn_then_freed(  # type: ignore[no-untyped-def]
     llm.default = Echo()
     assert tg.wait_sent_sync(USER, 2, timeout=120)[1] == "echo: while full"
     assert requests <= 3  # no model call was made while the disk stayed full
+    assert tg.wait_sent_sync(USER, 3, timeout=120)[2] == "echo: sent while full"
     tg.push_text(USER, "after")
-    assert tg.wait_sent_sync(USER, 3, timeout=60)[2] == "echo: after"
+    assert tg.wait_sent_sync(USER, 4, timeout=60)[3] == "echo: after"
     wait(lambda: status(small_disk).returncode == 0, 60, "status healthy again")
     assert g.proc is not None and g.proc.poll() is None  # never restarted
     assert g.stop() == 0
     db = small_disk / "gantry.db"
     assert integrity(db) == ["ok"]
-    assert answered_texts(db) == {"before", "while full", "after"}
+    assert answered_texts(db) == {"before", "while full", "sent while full", "after"}
     assert tg.sent_texts(USER).count("echo: while full") == 1
     full = [line for line in g.stderr.splitlines() if "disk full; waiting" in line]
     assert len(full) == 1 and f"holding {small_disk} is full (" in full[0]

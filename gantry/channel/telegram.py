@@ -350,6 +350,9 @@ class TelegramChannel:
                     self._accept(updates)
                 bad_batch = 0
             except Exception as exc:  # not confirmed: the batch comes back on the next poll
+                if is_full(exc):  # not the batch's fault: never skipped, taken when room
+                    await self._wait_for_space(exc)
+                    continue
                 bad_batch += 1
                 ids = [u.update_id for u in updates]
                 delay = backoff.next()
