@@ -589,6 +589,8 @@ class TelegramChannel:
             row.reply = exc.reply
             return True
         except Exception as exc:  # our errors say what failed without URL or token
+            if is_full(exc) or isinstance(exc, StorageFull):  # the download hit ENOSPC
+                raise full_error(self.store.conn, row.update_id) from None
             transient = isinstance(exc, TRANSIENT)
             failures = 0 if transient else self.store.fail_attempt(row.update_id)
             if transient:
