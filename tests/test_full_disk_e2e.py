@@ -129,3 +129,29 @@ def test_stdio_says_the_disk_is_full_and_carries_on(small_disk: Path, tmp_path: 
         proc.wait(timeout=30)
         llm.stop()
     assert "Traceback" not in io.stderr
+
+
+def test_scheduled_turn_cut_by_a_full_disk_runs_once_space_is_freed(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run, small_disk: Path
+) -> None:
+    from tests.fakes.openai import Reply
+    from tests.test_cron_e2e import schedule_script
+
+    tg, llm = fakes
+    llm.push(*schedule_script("in 3 seconds", "Remind them to call the dentist."),
+             Reply("Call the dentist!", delay=3))
+    g = run(DATA_DIR=str(small_disk), CRON_TICK_SECONDS="1", LOG_LEVEL="warning")
+    tg.push_text(USER, "remind me about the dentist in 3 seconds")
+    assert tg.wait_sent_sync(USER, 1, timeout=90) == ["Scheduled."]
+    wait(lambda: len(llm.requests) >= 3, 30, "the scheduled turn to reach the model")
+    filler = fill(small_disk)  # full while the model answers the scheduled turn
+    time.sleep(8)  # the turn's answer could not be stored: nothing is pushed
+    assert tg.sent_texts(USER) == ["Scheduled."]
+    filler.unlink()
+    assert tg.wait_sent_sync(USER, 2, timeout=60)[1].startswith("echo: [scheduled job #1")
+    assert g.proc is not None and g.proc.poll() is None
+    time.sleep(2)
+    assert g.stop() == 0
+    assert len(tg.sent_texts(USER)) == 2  # pushed once
+    assert g.stderr.count("cron run cut by a full disk") == 1
+    assert "Traceback" not in g.stderr

@@ -80,8 +80,8 @@ from gantry.store.space import (
     StorageFull,
     db_dir,
     full_error,
-    has_room,
     is_full,
+    wait_for_room,
 )
 from gantry.wire.openai import ImagePart
 
@@ -521,8 +521,7 @@ class TelegramChannel:
                       extra={"error": str(exc)})
         directory = db_dir(self.store.conn)
         while True:
-            while not has_room(directory):
-                await anyio.sleep(FULL_POLL_SECONDS)
+            await wait_for_room(directory)
             try:
                 if exc.update_id is not None:
                     self.store.undo_attempt(exc.update_id)

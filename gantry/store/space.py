@@ -67,3 +67,11 @@ def full_error(conn: object, update_id: int | None = None) -> StorageFull:
 def has_room(directory: str) -> bool:
     free = free_bytes(directory)
     return free is None or free >= FULL_BYTES
+
+
+async def wait_for_room(directory: str) -> None:
+    """Sleep until `directory`'s file system has room for a write again."""
+    import anyio
+
+    while not has_room(directory):
+        await anyio.sleep(FULL_POLL_SECONDS)
