@@ -7,6 +7,7 @@ lock/ (one per environment, all from the same resolution): no session resolves a
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -15,6 +16,9 @@ from pathlib import Path
 
 import nox
 
+# nox probes for uv before every session and logs "uv binary not found." where there is none;
+# no session here uses uv as a backend (`lock` runs the uv it installs), so the line is noise.
+logging.getLogger("nox").addFilter(lambda record: record.getMessage() != "uv binary not found.")
 nox.options.sessions = ["ci"]
 nox.options.reuse_existing_virtualenvs = True
 ROOT = Path(__file__).parent
@@ -132,10 +136,29 @@ def install_locked_once(session: nox.Session, env: str) -> None:
         stamp.write_text(digest)
 
 
+# gantry's commands, and those that read configuration (and take the shared --env-file).
+GANTRY_COMMANDS = frozenset({"run", "status", "version", "init", "check", "tools", "cron",
+                             "watch", "memory", "mcp", "mcp-memory"})
+ENV_FILE_COMMANDS = GANTRY_COMMANDS - {"version", "init"}
+
+
+def gantry_argv(posargs: list[str], env_file: bool) -> list[str]:
+    """`nox -s run -- ARGS`: ARGS naming a gantry command run that command (`-- init …`,
+    `-- check`, `-- tools list`), any other ARGS go to `gantry run`; `--env-file .env` is
+    added where the command reads configuration and ./.env exists."""
+    command, rest = ((posargs[0], posargs[1:]) if posargs and posargs[0] in GANTRY_COMMANDS
+                     else ("run", posargs))
+    given = any(a == "--env-file" or a.startswith("--env-file=") for a in rest)
+    wanted = env_file and command in ENV_FILE_COMMANDS and not given
+    extra = ["--env-file", ".env"] if wanted else []
+    return [command, *rest, *extra]
+
+
 @nox.session
 def run(session: nox.Session) -> None:
     """`gantry run` from a source install; CHANNEL=stdio unless set; reads .env if present;
-    MCP servers from .gantry-data/mcp.toml if present. Logs stay on stderr."""
+    MCP servers from .gantry-data/mcp.toml if present. Logs stay on stderr. `nox -s run --
+    init|check|tools list|…` runs that gantry command with the same environment instead."""
     install_locked_once(session, "runtime")
     env = {
         "CHANNEL": os.environ.get("CHANNEL", "stdio"),
@@ -145,9 +168,9 @@ def run(session: nox.Session) -> None:
     manifest = ROOT / ".gantry-data" / "mcp.toml"  # optional: MCP servers for local runs
     if "MCP_MANIFEST" not in os.environ and manifest.exists():
         env["MCP_MANIFEST"] = str(manifest)
-    args = ["--env-file", ".env"] if (ROOT / ".env").exists() else []
+    argv = gantry_argv(list(session.posargs), (ROOT / ".env").exists())
     # stderr=None: nox would fold the log lines into stdout, among the replies
-    session.run("gantry", "run", *args, *session.posargs, env=env, external=False, stderr=None)
+    session.run("gantry", *argv, env=env, external=False, stderr=None)
 
 
 @nox.session

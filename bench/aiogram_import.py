@@ -31,10 +31,10 @@ import aiogram_lean  # noqa: E402
 IMPORT = """
 import time
 t0 = time.perf_counter()
-import gantry.channel.aiogram_lazy
+import gantry.channel.telegram.lazy_aiogram
 """
 BEFORE_GET_UPDATES = IMPORT + """
-import gantry.channel.telegram
+import gantry.channel.telegram.channel
 from aiogram import Bot, Dispatcher
 from aiogram.methods import GetMe, GetUpdates
 from aiogram.methods.base import Response
@@ -70,7 +70,8 @@ while stack:
         if sub not in seen and sub.__module__.startswith("aiogram.types."):
             seen.add(sub)
             stack.append(sub)
-print(json.dumps({"s": seconds, "anon_kib": anon, "state": gantry.channel.aiogram_lazy.state,
+lazy_state = gantry.channel.telegram.lazy_aiogram.state
+print(json.dumps({"s": seconds, "anon_kib": anon, "state": lazy_state,
                   "types": len(seen)}))
 """
 
@@ -94,7 +95,7 @@ def main() -> None:
         print(f"median of {n} fresh interpreters; {sys.executable}")
         print(f"{'stage':<34} {'aiogram':<13} {'seconds':>8} {'RssAnon MiB':>12} "
               f"{'type classes':>13} shim")
-        for label, code in (("import gantry.channel.aiogram_lazy", IMPORT),
+        for label, code in (("import gantry.channel.telegram.lazy_aiogram", IMPORT),
                             ("ready for the first getUpdates", BEFORE_GET_UPDATES),
                             ("+ first Update, SendMessage", FIRST_UPDATE)):
             for flavour, path in paths.items():

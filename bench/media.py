@@ -44,7 +44,7 @@ MB = 1_000_000
 
 
 def _row(media: str, text: str = "what is this?") -> Any:
-    from gantry.channel.telegram_store import Pending
+    from gantry.channel.telegram.store import Pending
 
     return Pending(update_id=1, chat_id=USER, user_id=USER, message_id=1, text=text,
                    reply=None, sent_parts=0, stream_msgs=[], media=media)
@@ -59,8 +59,8 @@ def _media_json(kind: str, file_id: str, unique: str, size: int, name: str, mime
 
 
 def _telegram_media(api: str, data_dir: str, cap: int) -> Any:
-    from gantry.channel.telegram_media import TelegramMedia  # first: aiogram's lazy models
-    from gantry.media import MediaReader
+    from gantry.channel.telegram.media import TelegramMedia  # first: aiogram's lazy models
+    from gantry.media.build import MediaReader
 
     from aiogram import Bot  # isort: skip
     from aiogram.client.session.aiohttp import AiohttpSession
@@ -94,7 +94,7 @@ async def _turns(api: str, llm_url: str, cases: dict[str, str], turns: int,
     from gantry import db
     from gantry.agent import Agent
     from gantry.channel.base import Inbound
-    from gantry.provider import Provider
+    from gantry.model.client import Provider
     from gantry.session import SessionStore
     from gantry.tools import Registry
 

@@ -55,14 +55,11 @@ from gantry import db
 from gantry import log as logsetup
 from gantry.agent import Agent
 from gantry.channel.base import Inbound
-from gantry.prompt import time_footer
-from gantry.provider import Provider, StreamEvent
-from gantry.salvage import StreamGate, printed_calls, split_reasoning
-from gantry.session import SessionStore
-from gantry.tools import Registry, Tool, mcp_source
-from gantry.wire.openai import (
+from gantry.model.assemble import Completion
+from gantry.model.client import Provider, StreamEvent
+from gantry.model.gate import StreamGate
+from gantry.model.messages import (
     AssistantMessage,
-    Completion,
     FunctionCall,
     Message,
     ToolCall,
@@ -70,6 +67,10 @@ from gantry.wire.openai import (
     ToolMessage,
     UserMessage,
 )
+from gantry.model.salvage import printed_calls, split_reasoning
+from gantry.prompt import time_footer
+from gantry.session import SessionStore
+from gantry.tools import Registry, Tool, mcp_source
 from tests.fakes.openai import FakeOpenAI, Reply
 
 KEY = "sk-bench-0123456789abcdef"

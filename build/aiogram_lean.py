@@ -4,7 +4,7 @@
 ~450 type names, and `aiogram/client/bot.py` imports every method and ~70 types at module
 level, though it uses each method only inside the `async def` that sends it and the types
 only in (string) annotations. Creating a pydantic model class costs ~2.4 ms even when its
-building is deferred (gantry.channel.aiogram_lazy), so creating them all is most of the
+building is deferred (gantry.channel.telegram.lazy_aiogram), so creating them all is most of the
 binary's Telegram start-up, while gantry's channel sends eight methods and, before its first
 getUpdates, reads one type (User) (issue 14). build/build.py writes these three replacements
 into a Nuitka package configuration (`module_code`: the whole module replaced; site-packages
@@ -15,7 +15,7 @@ is never edited):
   file's ast; anything there besides `from .x import Name` and `__all__` fails the build.
 * `aiogram.types`: the same, and the `_types_namespace` dict + `model_rebuild` loop ending
   the installed file are dropped; the dict's entries besides `__all__` (List, Optional, ...)
-  are kept as `_NAMESPACE_EXTRA` for gantry.channel.aiogram_lazy, which builds each class
+  are kept as `_NAMESPACE_EXTRA` for gantry.channel.telegram.lazy_aiogram, which builds each class
   on first use against them and the names its annotations reach. Any other shape (a changed
   loop, another statement) fails the build.
 * `aiogram.client.bot`: the installed file with its `aiogram.methods` and `aiogram.types`
@@ -43,7 +43,8 @@ METHODS = "aiogram.methods"
 TYPES = "aiogram.types"
 BOT = "aiogram.client.bot"
 # The rebuild loop ending the installed aiogram/types/__init__.py, as ast.unparse writes it;
-# the lazy replacement drops it (gantry.channel.aiogram_lazy builds each class on first use).
+# the lazy replacement drops it (gantry.channel.telegram.lazy_aiogram builds each class on first
+# use).
 REBUILD_LOOP = """for _entity_name in __all__:
     _entity = globals()[_entity_name]
     if hasattr(_entity, 'model_rebuild'):
@@ -77,7 +78,7 @@ module on first use (build/aiogram_lean.py explains why)."""
 
 import importlib as _importlib
 
-# name -> (submodule, name there); gantry.channel.aiogram_lazy reads it.
+# name -> (submodule, name there); gantry.channel.telegram.lazy_aiogram reads it.
 _LAZY_WHERE = {where!r}
 
 ''' + _LAZY_LOOKUP
@@ -89,11 +90,11 @@ module on first use, and no rebuild loop (build/aiogram_lean.py explains why).""
 import importlib as _importlib
 {kept}
 
-# name -> (submodule, name there); gantry.channel.aiogram_lazy reads it.
+# name -> (submodule, name there); gantry.channel.telegram.lazy_aiogram reads it.
 _LAZY_WHERE = {where!r}
 
 # What aiogram's rebuild loop added to its forward-reference namespace besides __all__;
-# gantry.channel.aiogram_lazy builds each class against these and the names it needs.
+# gantry.channel.telegram.lazy_aiogram builds each class against these and the names it needs.
 _NAMESPACE_EXTRA = {{{extra}}}
 
 ''' + _LAZY_LOOKUP
@@ -163,7 +164,8 @@ def _package_map(path: Path, types: bool) -> tuple[dict[str, tuple[str, str]], t
         raise LeanError(f"{path}: __all__ names not imported from a submodule: {missing[:5]}")
     if types and (extra is None or not loop):
         raise LeanError(f"{path}: no `{NAMESPACE}` dict and rebuild loop over __all__ at the "
-                        "end; re-check build/aiogram_lean.py and gantry.channel.aiogram_lazy")
+                        "end; re-check build/aiogram_lean.py and "
+                        "gantry.channel.telegram.lazy_aiogram")
     clash = sorted(bound & set(where))
     if clash:
         raise LeanError(f"{path}: {clash} both imported lazily and kept")

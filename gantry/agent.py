@@ -19,9 +19,32 @@ import anyio
 
 from gantry import __version__, elicit
 from gantry.channel.base import Inbound, ReplyStream, TurnFailed, unknown_command
+from gantry.model.assemble import Completion, new_call_id
+from gantry.model.gate import StreamGate
+from gantry.model.messages import (
+    AssistantMessage,
+    FunctionCall,
+    ImagePart,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolDef,
+    ToolMessage,
+    UserMessage,
+    encode,
+    user_content,
+)
+from gantry.model.salvage import parse_arguments, printed_calls, split_reasoning
+from gantry.model.vision import (
+    EARLIER,
+    NO_VISION_NOTICE,
+    has_images,
+    rejects_images,
+    without_images,
+)
 from gantry.prompt import assemble, system_text, time_footer
-from gantry.salvage import StreamGate, parse_arguments, printed_calls, split_reasoning
 from gantry.session import (
+    CANCELLED_RESULT,
     SessionStore,
     collapse_tool_results,
     current_turn_start,
@@ -33,28 +56,6 @@ from gantry.session import (
 )
 from gantry.tools import CALLER, Offer, Registry, offered
 from gantry.turns import tool_call
-from gantry.vision import (
-    EARLIER,
-    NO_VISION_NOTICE,
-    has_images,
-    rejects_images,
-    without_images,
-)
-from gantry.wire.openai import (
-    AssistantMessage,
-    Completion,
-    FunctionCall,
-    ImagePart,
-    Message,
-    SystemMessage,
-    ToolCall,
-    ToolDef,
-    ToolMessage,
-    UserMessage,
-    encode,
-    new_call_id,
-    user_content,
-)
 
 log = logging.getLogger("gantry.agent")
 
@@ -82,12 +83,13 @@ TURN_FAILED = "Sorry — something went wrong while answering. Please try again.
 HELP = (
     "Commands:\n/new — start a new conversation (memory is kept)\n"
     "/status — uptime, model, history size, tools\n"
-    "/stop — stop the reply being written (also /cancel)\n/help — this text"
+    "/stop — stop the reply being written (also /cancel)\n"
+    "/decline — decline an MCP server's question (/cancel cancels it)\n/help — this text"
 )
 
 
 class Model(Protocol):
-    """What the agent needs from the provider (gantry.provider.Provider satisfies it)."""
+    """What the agent needs from the provider (gantry.model.client.Provider satisfies it)."""
 
     model: str
 
@@ -295,7 +297,7 @@ class Agent:
         `scheduled_for` (unix seconds) marks a turn the scheduler started, due then.
         `images` go with `text` as content parts of the user message.
         """
-        from gantry.provider import ProviderError
+        from gantry.model.errors import ProviderError
 
         started = time.monotonic()
         _ids, history = self.sessions.load(session_id)
@@ -389,7 +391,7 @@ class Agent:
                 NO_VISION_NOTICE) for m in history):  # told once per conversation
             final = f"{NO_VISION_NOTICE}\n\n{final}"
         new.append(AssistantMessage(content=final))
-        reply = self._with_attachments(final, history)
+        reply = self._with_attachments(final, history, session_id)
         with self.sessions.atomic():  # answer and the channel's reply: both or neither
             self.sessions.append(session_id, new)
             if on_answer is not None:
@@ -407,16 +409,16 @@ class Agent:
         self.request_fold(session_id)  # after the reply, in the background: never delays it
         return reply
 
-    def _with_attachments(self, final: str, history: list[Message]) -> str:
+    def _with_attachments(self, final: str, history: list[Message], session_id: str) -> str:
         """The reply as the channel stores it: the text, plus the files this turn's
         send_attachment calls asked for (read from the recorded turn: see gantry.outbox)."""
         if self.outbox is None:
             return final
         from gantry.channel.reply import pack
-        from gantry.outbox import offered_ids, turn_attachments
+        from gantry.outbox import turn_attachments
 
         turn = history[current_turn_start(history):]
-        found = turn_attachments(turn, self.outbox, offered_ids(history))
+        found = turn_attachments(turn, self.outbox, session_id)
         return pack(final, found) if found else final
 
     def _shown_offer(self, session_id: str, shared: bool) -> Offer:
@@ -449,11 +451,19 @@ class Agent:
         results: list[Message | None] = [None] * len(calls)
 
         async def one(i: int, call: ToolCall) -> None:
-            with tool_call():  # a user's stop waits for the call and its record
+            tool = self.tools.get(self.tools.resolve(call.function.name) or call.function.name)
+            # A user's stop cancels an MCP call (its server is told); a built-in one it awaits.
+            with tool_call(cancellable=tool is not None and not tool.builtin) as scope:
                 result = await self.tools.call(
                     call.function.name, call.function.arguments, shared=shared
                 )
                 message = ToolMessage(tool_call_id=call.id, content=result.text)
+                self.sessions.append(session_id, [message])
+                results[i] = message
+            if scope.cancelled_caught:  # recorded as cancelled: a late result is not used
+                log.info("tool call cancelled: the user stopped the turn",
+                         extra={"session": session_id, "tool": call.function.name})
+                message = ToolMessage(tool_call_id=call.id, content=CANCELLED_RESULT)
                 self.sessions.append(session_id, [message])
                 results[i] = message
 
@@ -471,7 +481,7 @@ class Agent:
     ) -> Completion:
         """One model call, its reply repaired (`_recover`). A streamed reply shows only what
         can be neither reasoning nor a printed tool call (StreamGate)."""
-        from gantry.provider import Done, TextDelta
+        from gantry.model.client import Done, TextDelta
 
         if stream is None:
             return self._recover(await self.model.complete(messages, tools), names, tools)
@@ -503,8 +513,8 @@ class Agent:
         arguments repaired when that is unambiguous. docs/models.md lists the formats."""
         text, thought = split_reasoning(completion.text)
         calls = list(completion.tool_calls)
-        if not calls and (printed := printed_calls(text, names)) is not None:
-            found, text = printed
+        if not calls and (found := printed_calls(text, names)) is not None:
+            text = ""
             forms = sorted({p.form for p in found})
             if tools:
                 calls = [ToolCall(new_call_id(), FunctionCall(p.name, p.arguments)) for p in found]
@@ -599,7 +609,7 @@ class Agent:
         If the summariser fails, nothing is deleted (the prompt is still trimmed in memory),
         unless the stored history has grown past twice the message cap.
         """
-        from gantry.provider import ProviderError
+        from gantry.model.errors import ProviderError
 
         old = self.sessions.summary(session_id)
         overhead = est_tokens(len(system_text(self.persona(), "", old)))
@@ -607,7 +617,7 @@ class Agent:
         if count <= self.max_messages and est_tokens(chars) + overhead <= self.max_tokens:
             return  # cheap check first: raw size under the caps means nothing to fold
         ids, history = self.sessions.load(session_id)
-        # as later prompts carry it: answered turns' images are one line each (gantry.vision)
+        # as later prompts carry it: answered turns' images are one line each (gantry.model.vision)
         seen = collapse_tool_results(without_images(history, EARLIER))
         if len(history) <= self.max_messages and (
             history_tokens(seen) + overhead <= self.max_tokens

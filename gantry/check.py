@@ -127,8 +127,10 @@ def check_tls(environ: Mapping[str, str]) -> tuple[Result, Any]:
 
 
 async def check_model(cfg: Config, context: Any) -> Result:
-    from gantry.provider import Provider, ProviderError, RetryPolicy
-    from gantry.wire.openai import UserMessage
+    from gantry.model.client import Provider
+    from gantry.model.errors import ProviderError
+    from gantry.model.messages import UserMessage
+    from gantry.model.retry import RetryPolicy
 
     retry = RetryPolicy(max_attempts=1, deadline=MODEL_TIMEOUT)
     started = time.monotonic()
@@ -292,7 +294,8 @@ async def _probe_server(spec: Any, environ: Mapping[str, str], db_path: Any = No
     started = time.monotonic()
     auth = None
     if getattr(spec, "auth", None) == "oauth":
-        from gantry.mcp.tokens import login_check, oauth_hook
+        from gantry.mcp.auth import oauth_hook
+        from gantry.mcp.tokens import login_check
 
         verdict = login_check(spec, db_path, time.time())
         if verdict is not None and not verdict[0]:

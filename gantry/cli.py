@@ -13,7 +13,7 @@ import sys
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs a healthcheck ~10 ms
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable
     from typing import Any
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -165,6 +165,9 @@ def _parser() -> argparse.ArgumentParser:
     init.add_argument("--default-paths", action="store_true",
                       help="allow writing to /persona and /etc/gantry/mcp.toml when neither an "
                       "option nor the environment names another path")
+    init.add_argument("--data-dir", metavar="DIR",
+                      help="the DATA_DIR to record (default: $DATA_DIR; ./.gantry-data when "
+                      "the persona and manifest are inside the working directory; else /data)")
     init.add_argument("--env-file", metavar="PATH", default=".env",
                       help="the env file to write (default: ./.env)")
     chk = sub.add_parser(
@@ -197,26 +200,10 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def environ(args: Any, command: str) -> Mapping[str, str] | None:
-    """The environment a command reads, over its `--env-file`; None (reported) if unreadable."""
-    if not getattr(args, "env_file", None):
-        return os.environ
-    from gantry.envfile import EnvFileError, merged
-
-    try:
-        return merged(args.env_file)
-    except EnvFileError as exc:
-        print(f"gantry {command}: {exc}", file=sys.stderr)
-        return None
-
-
-def data_dir(args: Any, env: Mapping[str, str]) -> str:
-    """--data-dir, else DATA_DIR, else the default."""
-    return args.data_dir or env.get("DATA_DIR", "").strip() or "/data"
-
-
 def _listing(args: Any, command: str, lister: Callable[[str, bool], tuple[bool, str]]) -> int:
     """`gantry cron|watch list`: a read-only report from the database in DATA_DIR."""
+    from gantry.envfile import data_dir, environ
+
     env = environ(args, command)
     if env is None:
         return EXIT_FAIL
@@ -250,10 +237,16 @@ def _init(args: Any) -> int:
               "a container mounts them); pass --persona-dir DIR and --manifest PATH (e.g. "
               "./persona ./mcp.toml), or --default-paths to write there", file=sys.stderr)
         return EXIT_USAGE
-    return init_main(persona or "/persona", manifest or "/etc/gantry/mcp.toml", args.env_file)
+    from gantry.scaffold import data_dir_for
+
+    persona, manifest = persona or "/persona", manifest or "/etc/gantry/mcp.toml"
+    data = args.data_dir or os.environ.get("DATA_DIR", "").strip() or data_dir_for(persona,
+                                                                                   manifest)
+    return init_main(persona, manifest, args.env_file, data)
 
 
 def _status(args: Any) -> int:
+    from gantry.envfile import data_dir, environ
     from gantry.heartbeat import DEFAULT_MAX_AGE, check
 
     env = environ(args, "status")
@@ -331,6 +324,10 @@ def entry() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_pdf-text"]:  # hidden: gantry's own PDF reader (gantry.media.pdf)
+        from gantry.media.pdf import child_main
+
+        return child_main(argv[1:])
     quick = quick_parse(argv)
     args: Any = _Args(quick) if quick is not None else _parser().parse_args(argv)
     command = args.command or "run"

@@ -67,6 +67,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     log_level: str = "info"
     log_format: str = "auto"
     media_max_bytes: int = 20_000_000  # Telegram's bot download limit (20 MB)
+    media_keep_days: int = 7  # files kept in DATA_DIR/media are pruned after this many days
+    media_max_total_bytes: int = 1_000_000_000  # all kept media, at most (oldest go first)
+    document_timeout_seconds: int = 20  # a PDF's text takes at most this, or it is kept as a file
     llm_transcribe_model: str = ""  # set: voice notes and audio are transcribed (gantry.media)
     llm_transcribe_base_url: str = ""  # default: LLM_BASE_URL
     llm_transcribe_api_key: str = ""  # default: LLM_API_KEY
@@ -104,6 +107,9 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "watch_max": (0, 1_000),
     "watch_min_interval_seconds": (1, 3_600),
     "media_max_bytes": (1_000, 2_000_000_000),
+    "media_keep_days": (1, 3_650),
+    "media_max_total_bytes": (1_000, 10_000_000_000_000),
+    "document_timeout_seconds": (1, 600),
     "backup_keep": (1, 10_000),
 }
 _DURATION = re.compile(r"([0-9]+)\s*([smhdw])")
@@ -115,6 +121,7 @@ def duration_seconds(text: str) -> int | None:
     """"1d" → 86400, "12h", "30m", "90s", "2w"; None unless it is one number and one unit."""
     m = _DURATION.fullmatch(text.strip().lower())
     return int(m.group(1)) * _UNIT_SECONDS[m.group(2)] if m else None
+
 
 REQUIRED = ("llm_base_url", "llm_api_key", "llm_model")
 REQUIRED_FOR_TELEGRAM = ("telegram_bot_token", "telegram_allowed_users")

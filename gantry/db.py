@@ -7,32 +7,9 @@ from pathlib import Path
 
 import apsw
 
+from gantry.schema import DatabaseError, migrations, schema_version  # also gantry.db's names
+
 BUSY_TIMEOUT_MS = 5000
-
-
-class DatabaseError(Exception):
-    """A database problem the operator must fix; `str()` says what and how."""
-
-
-def migrations() -> list[tuple[int, str, str]]:
-    """(version, name, sql) for every embedded migration, in order."""
-    from importlib import resources
-
-    found: list[tuple[int, str, str]] = []
-    for entry in resources.files("gantry.migrations").iterdir():
-        name = entry.name
-        if not name.endswith(".sql"):
-            continue
-        found.append((int(name.split("_", 1)[0]), name, entry.read_text(encoding="utf-8")))
-    found.sort()
-    for i, (version, name, _) in enumerate(found, 1):
-        if version != i:
-            raise RuntimeError(f"migration {name} is out of sequence (expected {i:04d}_*.sql)")
-    return found
-
-
-def schema_version() -> int:
-    return len(migrations())
 
 
 def ensure_data_dir(data_dir: str | os.PathLike[str]) -> Path:

@@ -3,7 +3,7 @@
 The conversation is channel-neutral: the server's message, then one question per requested
 field, each answer checked against the field's schema and asked again when it does not fit.
 A channel supplies the `Dialog` (Telegram: inline-keyboard buttons; stdio: numbered
-choices). Nothing here imports the MCP SDK: gantry/mcp/host.py turns the outcome into the
+choices). Nothing here imports the MCP SDK: gantry/mcp/elicitation.py turns the outcome into the
 SDK's ElicitResult. The answers go to the server only, never to the model as messages.
 """
 
@@ -59,11 +59,13 @@ TURN: ContextVar[Caller | None] = ContextVar("gantry_elicit_turn", default=None)
 @dataclass(frozen=True)
 class Question:
     """One prompt. `choices`: Telegram buttons, stdio numbered lines; any other answer is
-    typed text. `typed`: whether typed text is a valid answer besides the choices."""
+    typed text. `typed`: whether typed text is a valid answer besides the choices. `empty`:
+    the choice (Skip, or the default) an empty line takes where lines are typed (stdio)."""
 
     text: str
     choices: tuple[str, ...] = ()
     typed: bool = True
+    empty: str = ""
 
 
 class Dialog(Protocol):
@@ -186,30 +188,30 @@ def _option(f: Field, text: str) -> str:
     for value, label in f.options:
         if t.casefold() in (value.casefold(), label.casefold()):
             return value
-    raise Invalid("choose one of: " + ", ".join(label for _, label in f.options))
+    raise Invalid("Choose one of: " + ", ".join(label for _, label in f.options))
 
 
 def _string(f: Field, text: str) -> str:
     if f.min_length is not None and len(text) < f.min_length:
-        raise Invalid(f"at least {f.min_length} characters, please")
+        raise Invalid(f"At least {f.min_length} characters, please")
     if f.max_length is not None and len(text) > f.max_length:
-        raise Invalid(f"at most {f.max_length} characters, please")
+        raise Invalid(f"At most {f.max_length} characters, please")
     if f.format == "email" and not _EMAIL.fullmatch(text):
-        raise Invalid("that is not an email address")
+        raise Invalid("That is not an email address")
     if f.format == "uri":
         parts = urlsplit(text)
         if not (parts.scheme and (parts.netloc or parts.path)):
-            raise Invalid("that is not a URI (such as https://example.com)")
+            raise Invalid("That is not a URI (such as https://example.com)")
     if f.format == "date":
         try:
             date.fromisoformat(text)
         except ValueError:
-            raise Invalid("that is not a date as YYYY-MM-DD") from None
+            raise Invalid("That is not a date as YYYY-MM-DD") from None
     if f.format == "date-time":
         try:
             datetime.fromisoformat(text)
         except ValueError:
-            raise Invalid("that is not a date and time as YYYY-MM-DDTHH:MM") from None
+            raise Invalid("That is not a date and time as YYYY-MM-DDTHH:MM") from None
     return text
 
 
@@ -218,10 +220,10 @@ def _number(f: Field, text: str) -> int | float:
     try:
         value = int(text) if f.kind == "integer" or text.lstrip("+-").isdecimal() else float(text)
     except ValueError:
-        raise Invalid("a whole number, please" if f.kind == "integer" else
-                      "a number, please") from None
+        raise Invalid("A whole number, please" if f.kind == "integer" else
+                      "A number, please") from None
     if not math.isfinite(value):
-        raise Invalid("a finite number, please")
+        raise Invalid("A finite number, please")
     if f.minimum is not None and value < f.minimum:
         raise Invalid(f"{f.minimum:g} or more, please")
     if f.maximum is not None and value > f.maximum:
@@ -233,23 +235,23 @@ def parse(f: Field, text: str) -> Value:
     """The value of a typed answer for `f`, or Invalid saying why it does not fit."""
     text = text.strip()
     if not text:
-        raise Invalid("an answer, please")
+        raise Invalid("An answer, please")
     if f.kind == "boolean":
         word = text.casefold()
         if word in ("yes", "y", "true", "1"):
             return True
         if word in ("no", "n", "false", "0"):
             return False
-        raise Invalid("yes or no, please")
+        raise Invalid("Yes or no, please")
     if f.kind == "enum":
         return _option(f, text)
     if f.kind == "multi":
         picked = list(dict.fromkeys(_option(f, part) for part in re.split(r"[,\n]", text)
                                     if part.strip()))
         if f.min_items is not None and len(picked) < f.min_items:
-            raise Invalid(f"choose at least {f.min_items}")
+            raise Invalid(f"Choose at least {f.min_items}")
         if f.max_items is not None and len(picked) > f.max_items:
-            raise Invalid(f"choose at most {f.max_items}")
+            raise Invalid(f"Choose at most {f.max_items}")
         return picked
     if f.kind in ("number", "integer"):
         return _number(f, text)
@@ -286,11 +288,10 @@ def question(f: Field, number: int, total: int, problem: str = "") -> Question:
             hint = f"{hint} from {lo} to {hi}".strip()
         if hint:
             lines.append(f"Type {hint}.")
-    if f.default is not None:
-        choices.append(_default_choice(f))
-    elif not f.required:
-        choices.append(SKIP)
-    return Question("\n".join(lines), tuple(choices), typed)
+    shortcut = _default_choice(f) if f.default is not None else "" if f.required else SKIP
+    if shortcut:
+        choices.append(shortcut)
+    return Question("\n".join(lines), tuple(choices), typed, shortcut)
 
 
 @dataclass
@@ -299,11 +300,13 @@ class Outcome:
 
     action: Action
     content: dict[str, Value] | None = None
+    answered: bool = True  # False: a question waited out its timeout (nobody answered)
 
 
 class _Ended(Exception):
-    def __init__(self, action: Action) -> None:
+    def __init__(self, action: Action, answered: bool = True) -> None:
         self.action = action
+        self.answered = answered
 
 
 async def _ask(dialog: Dialog, caller: Caller, q: Question, timeout: float) -> str:
@@ -312,7 +315,7 @@ async def _ask(dialog: Dialog, caller: Caller, q: Question, timeout: float) -> s
         answer = await dialog.ask(caller, q)
     if waited.cancelled_caught:
         await dialog.tell(caller, f"No answer within {timeout:g} s: the request is cancelled.")
-        raise _Ended("cancel")
+        raise _Ended("cancel", answered=False)
     word = answer.strip().split("@", 1)[0].casefold()
     if word in CANCEL_WORDS:
         raise _Ended("cancel")
@@ -370,7 +373,7 @@ async def converse_form(dialog: Dialog, caller: Caller, server: str, message: st
                           f"show ({exc}); declined.")
         return Outcome("decline")
     intro = (f"MCP server {server!r} asks:\n{message}\n\n"
-             f"{len(wanted)} question(s) follow; /cancel cancels.")
+             f"{len(wanted)} question(s) follow; /decline declines, /cancel cancels.")
     try:
         if await _choose(dialog, caller, intro, (ANSWER, DECLINE), timeout) == DECLINE:
             raise _Ended("decline")
@@ -381,7 +384,7 @@ async def converse_form(dialog: Dialog, caller: Caller, server: str, message: st
                 content[f.key] = value
     except _Ended as end:
         await _said(dialog, caller, end.action)
-        return Outcome(end.action)
+        return Outcome(end.action, answered=end.answered)
     await _said(dialog, caller, "accept")
     return Outcome("accept", content)
 
@@ -398,7 +401,7 @@ async def converse_url(dialog: Dialog, caller: Caller, server: str, message: str
         chosen = await _choose(dialog, caller, text, (ACCEPT, DECLINE), timeout)
     except _Ended as end:
         await _said(dialog, caller, end.action)
-        return Outcome(end.action)
+        return Outcome(end.action, answered=end.answered)
     action: Action = "accept" if chosen == ACCEPT else "decline"
     await _said(dialog, caller, action)
     return Outcome(action)

@@ -1,14 +1,16 @@
 """`--env-file PATH`: the one dotenv reader and option every configuration-reading command shares.
 
-It imports nothing but os: `gantry status --env-file` is a healthcheck and must stay lean.
+It imports only os and sys: `gantry status --env-file` is a healthcheck and must stay lean.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs a healthcheck ~10 ms
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
 HELP = "read KEY=VALUE lines from PATH; variables already in the environment win"
@@ -69,3 +71,19 @@ def merged(path: str | None) -> dict[str, str]:
     base = read(path) if path else {}
     base.update(os.environ)
     return base
+
+
+def environ(args: Any, command: str) -> Mapping[str, str] | None:
+    """The environment a command reads, over its `--env-file`; None (reported) if unreadable."""
+    if not getattr(args, "env_file", None):
+        return os.environ
+    try:
+        return merged(args.env_file)
+    except EnvFileError as exc:
+        print(f"gantry {command}: {exc}", file=sys.stderr)
+        return None
+
+
+def data_dir(args: Any, env: Mapping[str, str]) -> str:
+    """--data-dir, else DATA_DIR, else the default: the operator commands' one rule."""
+    return args.data_dir or env.get("DATA_DIR", "").strip() or "/data"

@@ -12,7 +12,8 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, TextIO
 
 # Telegram puts the bot token in every API URL: https://api.telegram.org/bot<id>:<key>/...
@@ -239,3 +240,47 @@ def _route_uncaught(redactor: Redactor) -> None:
 
     sys.excepthook = hook
     threading.excepthook = thread_hook
+
+
+class _AroundLines:
+    """A log stream that calls `before()` and `after()` around each line it writes."""
+
+    def __init__(self, stream: TextIO, before: Callable[[], None],
+                 after: Callable[[], None]) -> None:
+        self.stream, self.before, self.after = stream, before, after
+
+    def write(self, text: str) -> int:
+        self.before()
+        written = self.stream.write(text)
+        self.stream.flush()
+        self.after()
+        return written
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+@contextmanager
+def around_terminal_lines(before: Callable[[], None],
+                          after: Callable[[], None]) -> Iterator[None]:
+    """While inside, each log line gantry writes to a terminal is wrapped in `before()` and
+    `after()`: the REPL takes its prompt and typed line off the screen and draws them again
+    below the line, instead of the line landing in the middle of them."""
+    handler = next((h for h in logging.getLogger().handlers
+                    if h.get_name() == "gantry" and isinstance(h, logging.StreamHandler)), None)
+    try:
+        terminal = handler is not None and handler.stream.isatty()
+    except (AttributeError, ValueError):
+        terminal = False
+    if handler is None or not terminal:
+        yield
+        return
+    old = handler.setStream(_AroundLines(handler.stream, before, after))
+    try:
+        yield
+    finally:
+        if old is not None:
+            handler.setStream(old)

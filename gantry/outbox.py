@@ -8,6 +8,11 @@ send one with its reply; the agent reads those calls back from the turn's record
 (`turn_attachments`), so a resumed turn still knows what it promised. Files are
 content-addressed (the id is a hash of the bytes), so keeping the same bytes twice is one
 file, and a restart writing them again changes nothing. Kept files are pruned after a week.
+
+A kept file belongs to the chats whose tool results returned it: `keep` records the calling
+session (gantry.tools.CALLER) in the file's folder, and `find` for a session knows only the
+files recorded for it. Never the text of a result: a tool echoing "; attachment <id>: " makes
+nothing sendable, and another chat's id is unknown here, its name and size never said.
 """
 
 from __future__ import annotations
@@ -19,14 +24,14 @@ import json
 import logging
 import os
 import re
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from gantry.channel.reply import CAPTION_MAX, MAX_ATTACHMENTS, Attachment
-from gantry.tools import Tool, ToolError
-from gantry.wire.openai import AssistantMessage, Message, ToolMessage
+from gantry.kept import tidy
+from gantry.model.messages import AssistantMessage, Message, ToolMessage
+from gantry.tools import CALLER, Tool, ToolError
 
 log = logging.getLogger("gantry.outbox")
 
@@ -51,6 +56,10 @@ def safe_name(name: str, mime: str) -> str:
         kind = mime.split("/", 1)[0] if "/" in mime else "file"
         base = f"{_UNSAFE.sub('_', kind) or 'file'}{_EXT.get(mime, '')}"
     return base
+
+
+def _marker(session: str) -> str:
+    return ".chat-" + hashlib.sha256(session.encode()).hexdigest()[:24]
 
 
 class Outbox:
@@ -79,6 +88,7 @@ class Outbox:
         folder = self.root / ident
         try:
             if self.find(ident) is not None:  # kept before (under its first name)
+                self._given(folder, CALLER.get())
                 os.utime(folder)  # kept a week from now: prune goes by the folder's time
                 return ident
             folder.mkdir(parents=True, exist_ok=True)
@@ -88,6 +98,7 @@ class Outbox:
             tmp = folder / f".{target.name}.{os.getpid()}.tmp"
             tmp.write_bytes(data)
             (folder / ".mime").write_text(mime, encoding="utf-8")
+            self._given(folder, CALLER.get())
             os.replace(tmp, target)  # last: a folder with its file is complete
         except OSError as exc:
             log.warning("tool file not kept: could not write it",
@@ -95,11 +106,20 @@ class Outbox:
             return None
         return ident
 
-    def find(self, ident: str) -> Attachment | None:
-        """The kept file with this id (None for an unknown or malformed id: never a path)."""
+    @staticmethod
+    def _given(folder: Path, session: str) -> None:
+        """Record that this session's tool result returned the folder's file (an empty
+        marker named by a hash of the session id: any session id is a safe file name)."""
+        (folder / _marker(session)).touch()
+
+    def find(self, ident: str, session: str | None = None) -> Attachment | None:
+        """The kept file with this id (None for an unknown or malformed id: never a path).
+        With `session`, only a file that session's own tool results returned."""
         if not _ID.match(ident):
             return None
         folder = self.root / ident
+        if session is not None and not (folder / _marker(session)).exists():
+            return None
         try:
             files = [p for p in folder.iterdir() if not p.name.startswith(".")]
             mime = (folder / ".mime").read_text(encoding="utf-8").strip()
@@ -113,23 +133,7 @@ class Outbox:
 
     def prune(self) -> int:
         """Forget kept files older than keep_seconds; how many went."""
-        cutoff = time.time() - self.keep_seconds
-        gone = 0
-        try:
-            folders = list(self.root.iterdir())
-        except OSError:
-            return 0
-        for folder in folders:
-            try:
-                if folder.stat().st_mtime >= cutoff:
-                    continue
-                for f in folder.iterdir():
-                    f.unlink()
-                folder.rmdir()
-                gone += 1
-            except OSError:
-                continue
-        return gone
+        return tidy(self.root, self.keep_seconds)[0]
 
 
 def attachment_tool(outbox: Outbox) -> Tool:
@@ -138,7 +142,7 @@ def attachment_tool(outbox: Outbox) -> Tool:
 
     async def call(args: dict[str, Any]) -> str:
         ident = str(args.get("id", "")).strip().removeprefix("attachment").strip()
-        found = outbox.find(ident)
+        found = outbox.find(ident, CALLER.get())
         if found is None:
             raise ToolError(f"no attachment {ident!r}: use an id shown as 'attachment <id>' "
                             "in a tool result of this conversation (kept for a week)")
@@ -157,20 +161,12 @@ def attachment_tool(outbox: Outbox) -> Tool:
     )
 
 
-_OFFERED = re.compile(r"; attachment ([0-9a-f]{12}): ")
-
-
-def offered_ids(history: Sequence[Message]) -> set[str]:
-    """The attachment ids tool results of this conversation named (convert's placeholder)."""
-    return {i for m in history if isinstance(m, ToolMessage) for i in _OFFERED.findall(m.content)}
-
-
 def turn_attachments(turn: Sequence[Message], outbox: Outbox,
-                     offered: set[str] | None = None) -> list[Attachment]:
+                     session: str | None = None) -> list[Attachment]:
     """The files a turn's successful send_attachment calls asked for, in call order, each at
     most once, at most MAX_ATTACHMENTS; read from the recorded messages, so a turn resumed
-    after a restart finds the calls it made before it. With `offered`, only those ids: a
-    chat gets only files its own tool results returned, never another chat's."""
+    after a restart finds the calls it made before it. With `session`, only files that
+    session's own tool results returned (as the outbox recorded them), never another chat's."""
     results = {m.tool_call_id: m.content for m in turn if isinstance(m, ToolMessage)}
     out: list[Attachment] = []
     seen: set[str] = set()
@@ -188,12 +184,13 @@ def turn_attachments(turn: Sequence[Message], outbox: Outbox,
             if not isinstance(args, dict):
                 continue
             ident = str(args.get("id", "")).strip().removeprefix("attachment").strip()
-            found = outbox.find(ident)
-            if found is None or ident in seen or len(out) >= MAX_ATTACHMENTS:
+            if ident in seen or len(out) >= MAX_ATTACHMENTS:
                 continue
-            if offered is not None and ident not in offered:
-                log.warning("send_attachment named a file this chat was not given; left out",
-                            extra={"id": ident})
+            found = outbox.find(ident, session)
+            if found is None:
+                if session is not None and outbox.find(ident) is not None:
+                    log.warning("send_attachment named a file this chat was not given; "
+                                "left out", extra={"id": ident})
                 continue
             seen.add(ident)
             caption = str(args.get("caption") or "")[:CAPTION_MAX]

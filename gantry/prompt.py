@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
 
+from gantry.model.messages import Message, SystemMessage, UserMessage
+from gantry.model.vision import collapse_old_images
 from gantry.session import (
     collapse_tool_results,
     current_turn_start,
@@ -23,8 +25,6 @@ from gantry.session import (
     msg_chars,
     plan_trim,
 )
-from gantry.vision import collapse_old_images
-from gantry.wire.openai import Message, SystemMessage, UserMessage
 
 SUMMARY_HEADER = "[summary of earlier conversation]"
 PRECEDENCE = (
@@ -134,7 +134,7 @@ def assemble(
             if isinstance(m, UserMessage):
                 turn[i] = m.with_text(m.text + footer)
                 break
-    turn = collapse_old_images(turn, current_turn_start(turn))  # gantry.vision
+    turn = collapse_old_images(turn, current_turn_start(turn))  # gantry.model.vision
     collapsed = collapse_tool_results([*turn, *tail])
     plan = plan_trim(collapsed, max_messages, budget)
     kept = plan.apply(collapsed)

@@ -155,9 +155,9 @@ def load_mcp(cfg: Config, environ: Mapping[str, str], registry: Any, outbox: Any
         raise BootError(str(exc)) from None
     if not specs:
         return None
+    from gantry.mcp.auth import oauth_hook
     from gantry.mcp.elicitation import Elicitor
     from gantry.mcp.host import Host
-    from gantry.mcp.tokens import oauth_hook
     from gantry.outbox import Outbox, attachment_tool
 
     if outbox is None:  # `gantry tools list`: the same offer, nothing is kept
@@ -218,7 +218,7 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
     from gantry import sdnotify
     from gantry.agent import Agent
     from gantry.cron.tools import zone as user_zone
-    from gantry.provider import Provider
+    from gantry.model.client import Provider
     from gantry.session import SessionStore
     from gantry.tls import TLSConfigError, ca_context
     from gantry.tools import Registry, offered
@@ -252,6 +252,7 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
     from gantry.media.build import reader_for
 
     media = reader_for(cfg, tls)
+    media.prune()  # kept media past MEDIA_KEEP_DAYS or over MEDIA_MAX_TOTAL_BYTES
     channel = build_channel(cfg, conn, tls, agent, media)
     if mcp_host is not None:
         mcp_host.elicitor.attach(channel)  # servers' questions are asked through it
@@ -383,7 +384,7 @@ def main(env_file: str | None) -> int:
 
     fatal: tuple[type[Exception], ...] = (BootError, DatabaseError, PersonaError)
     if cfg.channel == "telegram":
-        from gantry.channel.telegram import BotTokenRejected
+        from gantry.channel.telegram.bot import BotTokenRejected
 
         fatal += (BotTokenRejected,)
     try:

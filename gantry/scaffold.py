@@ -44,7 +44,8 @@ MEANINGS: dict[str, str] = {
     "memory_backend": "builtin (SQLite) or mcp:<server-name> from mcp.toml",
     "memory_consolidate_minutes": "memory consolidation interval; 0 = off",
     "cron_enabled": "scheduled turns on or off",
-    "cron_tz": "IANA time zone for schedules, e.g. America/Los_Angeles",
+    "cron_tz": "your IANA time zone, e.g. America/Los_Angeles: the local time every turn is "
+               "told, and schedules' wall times",
     "cron_max_jobs": "maximum active scheduled jobs",
     "cron_tick_seconds": "how often due jobs are checked",
     "watch_max": "maximum active watches (0 = no watch tools)",
@@ -54,6 +55,9 @@ MEANINGS: dict[str, str] = {
     "log_level": "debug, info, warning or error",
     "log_format": "auto (text on a terminal, else JSON lines), json or text",
     "media_max_bytes": "largest photo, document or voice note read, in bytes",
+    "media_keep_days": "days a file kept in DATA_DIR/media stays (one the model cannot read)",
+    "media_max_total_bytes": "all files kept in DATA_DIR/media, at most; the oldest go first",
+    "document_timeout_seconds": "seconds a PDF's text may take; past it the file is kept",
     "llm_transcribe_model": "set (e.g. whisper-1) to transcribe voice notes and audio",
     "llm_transcribe_base_url": "transcription endpoint root URL; empty: LLM_BASE_URL",
     "llm_transcribe_api_key": "transcription key (secret); empty: LLM_API_KEY",
@@ -93,8 +97,8 @@ def env_template(chosen: Mapping[str, str] | None = None) -> str:
             lines.append(f"# {MEANINGS[f.name]} (required when CHANNEL=telegram)")
             lines.append(f"{name}=")
         elif f.name in chosen:
-            lines.append(f"# {MEANINGS[f.name]} (where gantry init wrote it; default "
-                         f"{_default_text(f.default)})")
+            what = "chosen by gantry init" if f.name == "data_dir" else "where gantry init wrote it"
+            lines.append(f"# {MEANINGS[f.name]} ({what}; default {_default_text(f.default)})")
             lines.append(f"{name}={chosen[f.name]}")
         else:
             lines.append(f"# {MEANINGS[f.name]}")
@@ -114,12 +118,31 @@ class Target:
     secret: bool = False  # will hold keys: created 0600 whatever its name or the umask
 
 
-def targets(persona_dir: str, manifest: str, env_file: str) -> list[Target]:
-    """The files to write; the env file records the other two paths, made absolute."""
+LOCAL_DATA_DIR = ".gantry-data"
+
+
+def data_dir_for(persona_dir: str, manifest: str) -> str | None:
+    """A local set-up (both paths inside the working directory, which is not /) keeps its
+    database beside them in ./.gantry-data rather than in /data at the root; None (the
+    default /data, as containers and the systemd unit set it) otherwise."""
+    here = os.path.abspath(os.getcwd())
+    if here == os.sep:
+        return None
+    inside = all(os.path.commonpath([here, os.path.abspath(p)]) == here
+                 for p in (persona_dir, manifest))
+    return os.path.join(here, LOCAL_DATA_DIR) if inside else None
+
+
+def targets(persona_dir: str, manifest: str, env_file: str,
+            data_dir: str | None = None) -> list[Target]:
+    """The files to write; the env file records the other two paths (and DATA_DIR, when one
+    was chosen), made absolute."""
     out = [Target(os.path.join(persona_dir, n), template(n)) for n in PERSONA_FILES]
     out.append(Target(manifest, template("mcp.toml")))
     chosen = {"persona_dir": os.path.abspath(persona_dir),
               "mcp_manifest": os.path.abspath(manifest)}
+    if data_dir:
+        chosen["data_dir"] = os.path.abspath(data_dir)
     out.append(Target(env_file, env_template(chosen), secret=True))
     return out
 
@@ -154,9 +177,9 @@ def write(target: Target) -> bool:
     return True
 
 
-def main(persona_dir: str, manifest: str, env_file: str) -> int:
+def main(persona_dir: str, manifest: str, env_file: str, data_dir: str | None = None) -> int:
     """Write each target, one line per file; exit 1 at the first directory it cannot write."""
-    for target in targets(persona_dir, manifest, env_file):
+    for target in targets(persona_dir, manifest, env_file, data_dir):
         try:
             wrote = write(target)
         except InitError as exc:

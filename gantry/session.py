@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from gantry.wire.openai import (
+from gantry.model.messages import (
     AssistantMessage,
     Message,
     SystemMessage,
@@ -25,6 +25,8 @@ from gantry.wire.openai import (
 
 KEEP_TOOL_RESULTS = 4
 STOPPED_RESULT = "error: the user stopped the turn before this call finished"
+CANCELLED_RESULT = ("error: cancelled: the user stopped the turn while this call ran; the "
+                    "tool's server was told to stop, and any result it sends is not used")
 STOPPED_ANSWER = "(the user stopped this turn before it was answered)"
 """Closes a stopped turn in the history: the model sees that it was stopped, and the turn
 ends like any other (so the next message is not taken for a retry of it)."""

@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 import msgspec
 
+from gantry.model.messages import FunctionDef, ToolDef
 from gantry.session import est_tokens
-from gantry.wire.openai import FunctionDef, ToolDef
 
 log = logging.getLogger("gantry.tools")
 
@@ -166,7 +166,7 @@ class Registry:
     def resolve(self, name: str) -> str | None:
         """The registered name `name` means: itself, or the one tool it equals with `-` and
         `_` swapped (a server prefix misspelt by a small model); None if none or several."""
-        from gantry.salvage import resolve_name
+        from gantry.model.salvage import resolve_name
 
         return resolve_name(name, self._tools)
 
@@ -174,7 +174,7 @@ class Registry:
         """The registered names nearest to a name that is none of them, best first: compared
         with case and `-`/`_` runs folded, so `time_get_current_time` finds
         `time__get_current_time`."""
-        from gantry.salvage import canonical
+        from gantry.model.salvage import canonical
 
         names = [n for n in self.names() if not (shared and self._tools[n].private)]
         folded: dict[str, str] = {}
@@ -187,7 +187,7 @@ class Registry:
         """Run one call; every failure becomes an error result the model can read. In a
         `shared` turn a private tool is refused, not run: hiding it is not enough, since a
         model can call a tool it was not offered."""
-        from gantry.salvage import parse_arguments
+        from gantry.model.salvage import parse_arguments
 
         tool = self._tools.get(self.resolve(name) or name)
         if tool is None:

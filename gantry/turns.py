@@ -2,9 +2,10 @@
 
 Shutdown cuts a turn only at the drain deadline (TurnAborted: its message stays pending).
 A user's stop (Telegram's /stop, the REPL's Ctrl-C) ends a turn at once during a model
-call, but waits while one of its tool calls runs: the call may have side effects, so it
-finishes (or times out) and is recorded, and nothing runs after it. A turn whose final
-answer is recorded is past stopping.
+call, and cancels its MCP tool calls (the SDK sends the server notifications/cancelled; the
+agent records each as cancelled, and a result that still comes is dropped). A built-in
+tool's call is local and short: it finishes and is recorded. Nothing runs after either. A
+turn whose final answer is recorded is past stopping.
 """
 
 from __future__ import annotations
@@ -32,9 +33,12 @@ class _Turn:
         self.answered = False  # the final answer is recorded: too late to stop
         self.stopping = False
         self.tools = 0  # tool calls running now
+        self.cancellable: set[anyio.CancelScope] = set()  # those a stop cancels
 
     def stop(self) -> None:
         self.stopping = True
+        for scope in self.cancellable:
+            scope.cancel()
         if not self.tools:
             self.scope.cancel()
 
@@ -48,17 +52,26 @@ _CURRENT: ContextVar[_Turn | None] = ContextVar("gantry_turn", default=None)
 
 
 @contextmanager
-def tool_call() -> Iterator[None]:
-    """Around one tool call and the recording of its result: a stop asked meanwhile waits
-    until every call of the round is done, then ends the turn before the next model call."""
+def tool_call(cancellable: bool = False) -> Iterator[anyio.CancelScope]:
+    """Around one tool call and the recording of its result: a stop cancels a `cancellable`
+    call (the scope's `cancelled_caught` tells), waits for the others, then ends the turn
+    before the next model call."""
     turn = _CURRENT.get()
+    scope = anyio.CancelScope()
     if turn is None:
-        yield
+        with scope:
+            yield scope
         return
+    if cancellable:
+        if turn.stopping:
+            scope.cancel()
+        turn.cancellable.add(scope)
     turn.tools += 1
     try:
-        yield
+        with scope:  # exited before the turn may be cancelled: it catches only its own
+            yield scope
     finally:
+        turn.cancellable.discard(scope)
         turn.tool_done()
 
 

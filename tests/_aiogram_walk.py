@@ -206,7 +206,7 @@ def check(cases: list[list[Any]], seed: int | None) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     flavour, payloads, dst, *rest = argv
     if flavour == "lazy":
-        import gantry.channel.aiogram_lazy as lazy
+        import gantry.channel.telegram.lazy_aiogram as lazy
 
         if lazy.state != "lazy":
             print(f"shim not applied: {lazy.state}", file=sys.stderr)

@@ -14,7 +14,8 @@ import pytest
 from gantry import db
 from gantry.agent import CAP_NOTE, TURN_FAILED, Agent
 from gantry.channel.base import Inbound
-from gantry.provider import Provider, RetryPolicy
+from gantry.model.client import Provider
+from gantry.model.retry import RetryPolicy
 from gantry.session import SessionStore
 from gantry.tools import Registry, Tool, ToolError, mcp_source
 from tests.fakes.openai import Call, FakeOpenAI, HTTPError, Reply, ToolCalls
@@ -385,7 +386,7 @@ async def test_tool_calls_of_one_message_run_concurrently_results_in_model_order
     assert [(m["tool_call_id"], m["content"]) for m in tools] == [("a", "first"), ("b", "second")]
     # Stored as they finished, replayed in the model's order.
     _ids, stored = agent.sessions.load("test:1")
-    from gantry.wire.openai import ToolMessage
+    from gantry.model.messages import ToolMessage
 
     assert [m.tool_call_id for m in stored if isinstance(m, ToolMessage)] == ["b", "a"]
     fake.push(Reply("ok"))
@@ -436,7 +437,7 @@ async def test_a_retried_turn_resumes_and_reruns_no_finished_call(
 
 def test_resume_point_is_pure_and_strict() -> None:
     from gantry.agent import resume_point, unanswered_calls
-    from gantry.wire.openai import (
+    from gantry.model.messages import (
         AssistantMessage,
         FunctionCall,
         ToolCall,

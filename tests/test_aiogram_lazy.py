@@ -1,4 +1,5 @@
-"""gantry.channel.aiogram_lazy: aiogram's models built on first use, indistinguishable from stock.
+"""gantry.channel.telegram.lazy_aiogram: aiogram's models built on first use, indistinguishable
+from stock.
 
 Every comparison runs stock aiogram and the shim in separate fresh interpreters (an import
 cannot be undone in-process). tests/_aiogram_walk.py generates a payload for every type and
@@ -113,7 +114,7 @@ def test_shim_defers_every_model_until_first_use(
     the same."""
     r = _python(textwrap.dedent("""
         import json
-        import gantry.channel.aiogram_lazy as lazy
+        import gantry.channel.telegram.lazy_aiogram as lazy
         import aiogram.methods as m, aiogram.types as t
         from aiogram.methods.base import Response
         lazy_methods = "_LAZY_WHERE" in vars(m) and "SendMessage" not in vars(m)
@@ -149,8 +150,8 @@ def test_lean_types_are_created_only_when_something_needs_them(lean: Path) -> No
     response is validated, and everything then validates and serialises."""
     r = _python(textwrap.dedent("""
         import json, sys
-        import gantry.channel.aiogram_lazy as lazy
-        import gantry.channel.telegram
+        import gantry.channel.telegram.lazy_aiogram as lazy
+        import gantry.channel.telegram.channel
         from aiogram.methods import GetMe, GetUpdates, SendMessage
         from aiogram.methods.base import Response
         from aiogram.types.base import TelegramObject
@@ -245,7 +246,7 @@ def test_pydantic_deferral_hooks_unchanged() -> None:
     import pydantic
     from pydantic._internal import _config, _mock_val_ser, _model_construction
 
-    from gantry.channel import aiogram_lazy
+    from gantry.channel.telegram import lazy_aiogram as aiogram_lazy
 
     aiogram_lazy._check_pydantic()
     rebuild = inspect.getsource(pydantic.BaseModel.model_rebuild)
@@ -282,7 +283,7 @@ CAPTURE = """
     logging.getLogger().setLevel(logging.DEBUG)
 """
 REPORT = """
-    import gantry.channel.aiogram_lazy as lazy
+    import gantry.channel.telegram.lazy_aiogram as lazy
     import aiogram.methods as m, aiogram.types as t
     print(json.dumps({"state": lazy.state, "records": records,
                       "method_deferred": bool(m.TelegramMethod.model_config.get("defer_build")),
@@ -390,7 +391,7 @@ def test_classes_created_on_demand_compile_each_annotation_once(lean: Path) -> N
     first Response[list[Update]] is made; the memo covers that batch too."""
     proc = _python(textwrap.dedent("""
         import builtins, collections, typing
-        import gantry.channel.aiogram_lazy as shim
+        import gantry.channel.telegram.lazy_aiogram as shim
         from aiogram.methods.base import Response
         from aiogram.types import Update
         seen = collections.Counter()
@@ -429,7 +430,7 @@ def test_annotation_strings_are_compiled_once_during_the_import() -> None:
             return real(source, filename, mode, *args, **kwargs)
 
         builtins.compile = counting
-        import gantry.channel.aiogram_lazy as shim
+        import gantry.channel.telegram.lazy_aiogram as shim
         builtins.compile = real
         print(shim.state, sum(seen.values()), len(seen), max(seen.values()),
               "compile" in vars(typing))

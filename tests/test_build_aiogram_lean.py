@@ -142,7 +142,7 @@ def test_telegram_channel_runs_on_lean_aiogram_and_creates_few_methods(
     child.write_text(
         "import atexit, json, sys\n"
         "def _report():\n"
-        "    import aiogram, gantry.channel.aiogram_lazy as lazy\n"
+        "    import aiogram, gantry.channel.telegram.lazy_aiogram as lazy\n"
         f"    open({str(report)!r}, 'w').write(json.dumps({{'state': lazy.state,\n"
         "        'file': aiogram.__file__,\n"
         "        'methods': sorted(n for n in sys.modules if n.startswith('aiogram.methods.'))}))\n"

@@ -301,6 +301,7 @@ print(json.dumps({"file": m.__file__, "seen": seen}))
 
 VERSIONS_SEEN = """
 import json, os, sys, anyio
+from gantry.mcp import catalog as C
 from gantry.mcp import host as H
 from gantry.mcp.manifest import parse
 from gantry.tools import Registry
@@ -310,7 +311,7 @@ def versions():
 
 async def main():
     seen = {{}}
-    list_tools = H.Server._list_tools
+    list_tools = C.Catalog.list_tools
 
     async def spy(self, session):
         seen["initialized"] = versions()
@@ -318,7 +319,7 @@ async def main():
         await list_tools(self, session)
         seen["listed"] = versions()
 
-    H.Server._list_tools = spy
+    C.Catalog.list_tools = spy
     reg = Registry()
     host = H.Host(parse({manifest!r}, os.environ), reg, os.environ)
     async with anyio.create_task_group() as tg:

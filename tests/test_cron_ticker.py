@@ -24,7 +24,8 @@ from gantry.config import Config
 from gantry.cron import Cron, setup, ticker
 from gantry.cron.store import NOTICE_AFTER
 from gantry.cron.ticker import MAX_TURN_ATTEMPTS
-from gantry.provider import Provider, RetryPolicy
+from gantry.model.client import Provider
+from gantry.model.retry import RetryPolicy
 from gantry.runtime import Turns
 from gantry.session import SessionStore
 from gantry.tools import CALLER, Registry
@@ -70,7 +71,8 @@ class Recorder:
         return chat_id != "group"
 
     async def push(
-        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None
+        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None,
+        origin: str = "scheduled",
     ) -> None:
         parts = text.split("|")
         for i in range(sent, len(parts)):
@@ -392,7 +394,7 @@ async def test_crash_mid_push_sends_only_the_missing_parts(
 
 def _crash_after_first_part(channel: Recorder) -> Callable[..., Awaitable[None]]:
     async def push(chat_id: str, text: str, sent: int = 0,
-                   progress: Progress | None = None) -> None:
+                   progress: Progress | None = None, origin: str = "scheduled") -> None:
         channel.fail.clear()
         channel.pushes.append((chat_id, text.split("|")[0]))
         assert progress is not None

@@ -434,3 +434,23 @@ def test_build_date_is_reproducible_by_default(monkeypatch: pytest.MonkeyPatch) 
     assert build.build_info()["build_date"] == "2020-09-13T12:26:40Z"
     outputs["status"] = " M gantry/cli.py"  # a dirty tree is not the commit: now
     assert build.build_info()["build_date"] != "2020-09-13T12:26:40Z"
+
+
+def test_sample_personas_leave_the_time_zone_to_cron_tz(tmp_path: Path) -> None:
+    """One setting for the zone: what the model is sent of a sample persona (deploy/persona,
+    the configmap's copy, `gantry init`'s) names no zone of its own, so the model is not told
+    America/Los_Angeles by USER.md and UTC by the time block; the files say where it is set."""
+    from gantry import scaffold
+    from gantry.persona import load as load_persona
+
+    init = tmp_path / "init"
+    init.mkdir()
+    for name in scaffold.PERSONA_FILES:
+        (init / name).write_text(scaffold.template(name), encoding="utf-8")
+    zone = re.compile(r"\b(?:Africa|America|Asia|Australia|Europe|Pacific|Etc)/\w+|\bUTC\b|"
+                      r"time ?zone", re.IGNORECASE)
+    for where in (DEPLOY / "persona", init):
+        persona = load_persona(where)
+        assert persona.files, where
+        assert zone.search(persona.text) is None, (where, zone.search(persona.text))
+        assert "CRON_TZ" in (where / "USER.md").read_text()  # in its comment, for the reader

@@ -3,15 +3,18 @@ them, the questions' choices, the stdio and Telegram renderings, and who may ans
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gantry import elicit
-from gantry.channel.stdio_elicit import read_answer, render
-from gantry.channel.tg_elicit import CLOSED, NOT_YOURS, TelegramDialog, parse_data
+from gantry.channel.stdio.elicit import StdioDialog, read_answer, render
+from gantry.channel.telegram.elicit import CLOSED, NOT_YOURS, TelegramDialog, parse_data
 from gantry.elicit import Caller, Field, Invalid, Question, Unsupported, fields, parse, question
 
 ME = Caller("telegram", "42", "42")
@@ -71,26 +74,46 @@ def test_answers_that_fit(prop: dict[str, Any], text: str, value: Any) -> None:
 
 
 @pytest.mark.parametrize(("prop", "text", "why"), [
-    ({"type": "string"}, "  ", "an answer, please"),
-    ({"type": "string", "minLength": 3}, "ab", "at least 3 characters"),
-    ({"type": "string", "maxLength": 3}, "abcd", "at most 3 characters"),
-    ({"type": "string", "format": "email"}, "ada", "not an email address"),
-    ({"type": "string", "format": "uri"}, "::", "not a URI"),
-    ({"type": "string", "format": "date"}, "2026-02-30", "not a date"),
-    ({"type": "string", "format": "date-time"}, "noon", "not a date and time"),
-    ({"type": "integer"}, "2.5", "a whole number"),
+    ({"type": "string"}, "  ", "An answer, please"),
+    ({"type": "string", "minLength": 3}, "ab", "At least 3 characters"),
+    ({"type": "string", "maxLength": 3}, "abcd", "At most 3 characters"),
+    ({"type": "string", "format": "email"}, "ada", "That is not an email address"),
+    ({"type": "string", "format": "uri"}, "::", "That is not a URI"),
+    ({"type": "string", "format": "date"}, "2026-02-30", "That is not a date"),
+    ({"type": "string", "format": "date-time"}, "noon", "That is not a date and time"),
+    ({"type": "integer"}, "2.5", "A whole number"),
     ({"type": "integer", "minimum": 1}, "0", "1 or more"),
     ({"type": "number", "maximum": 10}, "10.5", "10 or less"),
-    ({"type": "number"}, "nan", "a finite number"),
-    ({"type": "number"}, "inf", "a finite number"),
-    ({"type": "boolean"}, "maybe", "yes or no"),
-    ({"type": "string", "enum": ["a", "b"]}, "3", "choose one of: a, b"),
-    ({"type": "array", "items": {"enum": ["x", "y"]}, "minItems": 2}, "x", "at least 2"),
-    ({"type": "array", "items": {"enum": ["x", "y"]}, "maxItems": 1}, "x,y", "at most 1"),
+    ({"type": "number"}, "nan", "A finite number"),
+    ({"type": "number"}, "inf", "A finite number"),
+    ({"type": "boolean"}, "maybe", "Yes or no"),
+    ({"type": "string", "enum": ["a", "b"]}, "3", "Choose one of: a, b"),
+    ({"type": "array", "items": {"enum": ["x", "y"]}, "minItems": 2}, "x", "Choose at least 2"),
+    ({"type": "array", "items": {"enum": ["x", "y"]}, "maxItems": 1}, "x,y", "Choose at most 1"),
 ])
 def test_answers_that_do_not_fit_say_why(prop: dict[str, Any], text: str, why: str) -> None:
     with pytest.raises(Invalid, match=why):
         parse(one(prop), text)
+
+
+KINDS = [{"type": "string", "minLength": 2, "maxLength": 4}, {"type": "string", "format": "email"},
+         {"type": "string", "format": "uri"}, {"type": "string", "format": "date"},
+         {"type": "string", "format": "date-time"}, {"type": "integer", "minimum": -1},
+         {"type": "number", "maximum": 10}, {"type": "boolean"},
+         {"type": "string", "enum": ["a", "b"]},
+         {"type": "array", "items": {"enum": ["x", "y"]}, "minItems": 1, "maxItems": 1}]
+
+
+@given(st.sampled_from(KINDS), st.text(max_size=12))
+def test_every_reason_an_answer_does_not_fit_reads_as_a_sentence(
+    prop: dict[str, Any], text: str
+) -> None:
+    """The re-ask starts with the reason and a full stop: it must start like a sentence."""
+    try:
+        parse(one(prop), text)
+    except Invalid as exc:
+        why = str(exc)
+        assert why[:1].isupper() or why[:1].isdigit() or why[:1] == "-", why
 
 
 def test_questions_offer_buttons_for_choices_and_skip_or_default() -> None:
@@ -109,9 +132,37 @@ def test_stdio_numbers_choices_and_an_empty_line_takes_the_shortcut() -> None:
     pick = Question("Pick", ("Yes", "No"), typed=False)
     assert render(pick) == "Pick\n  1. Yes\n  2. No"
     assert read_answer(pick, "2") == "No" and read_answer(pick, "3") == "3"
-    typed = Question("Name", ("Skip",))
+    typed = Question("Name", ("Skip",), empty="Skip")
     assert render(typed) == "Name\n(an empty line: Skip)"
     assert read_answer(typed, "") == "Skip" and read_answer(typed, "1") == "1"
+    assert read_answer(pick, "") == ""  # no shortcut: an empty line is no answer
+
+
+@pytest.mark.anyio
+async def test_stdio_empty_line_takes_the_default_a_choice_field_shows() -> None:
+    """A single choice showing "Default: Monica" is answered by an empty line, as it is for a
+    typed field; it is not asked again (nor counted towards the cancel)."""
+    schema = {"properties": {
+        "who": {"type": "string", "enum": ["Joey", "Monica"], "default": "Monica"},
+        "agree": {"type": "boolean"},
+        "pet": {"type": "string", "enum": ["cat", "dog"]}},
+        "required": ["who", "agree", "pet"]}
+    out = io.StringIO()
+    dialog = StdioDialog(out)
+    lines = iter(["1", "", "", "2", "", "1"])
+
+    async def next_line() -> str:
+        return next(lines)
+
+    dialog.next_line = next_line
+    got = await elicit.converse_form(dialog, ME, "srv", "Who?", schema, 5)
+    assert (got.action, got.content) == ("accept", {"who": "Monica", "agree": False,
+                                                    "pet": "cat"})
+    shown = out.getvalue()
+    assert "  3. Default: Monica\n(an empty line: Default: Monica)\n" in shown
+    assert shown.count("(1/3) who") == 1
+    assert "3 question(s) follow; /decline declines, /cancel cancels." in shown
+    assert shown.count("An answer, please.") == 2  # the boolean and the enum have no default
 
 
 class Script:
@@ -136,7 +187,7 @@ async def test_a_bad_answer_is_asked_again_and_endless_ones_cancel() -> None:
     out = await elicit.converse_form(d, ME, "srv", "How old?", SCHEMA, 5)
     assert (out.action, out.content) == ("accept", {"age": 30})
     assert [q.text.split("\n")[0] for q in d.asked[1:]] == [
-        "(1/1) age", "0 or more, please.", "a whole number, please."]
+        "(1/1) age", "0 or more, please.", "A whole number, please."]
     stubborn = Script(lambda q: "Answer" if q.text.startswith("MCP") else "-1")
     out = await elicit.converse_form(stubborn, ME, "srv", "How old?", SCHEMA, 5)
     assert out.action == "cancel" and len(stubborn.asked) == 1 + elicit.MAX_TRIES

@@ -89,7 +89,7 @@ def fill_the_form(chat: Chat, tg: FakeTelegram) -> None:
     tg.press(USER, USER, "Yes")
     chat.press("(3/13) String with default", "Default: It was a dark and stormy night.")
     chat.type("(4/13) String with email format", "not an address")
-    chat.type("that is not an email address.\n(4/13)", "ada@example.org")
+    chat.type("That is not an email address.\n(4/13)", "ada@example.org")
     chat.press("(5/13) String with uri format (optional)", "Skip")
     chat.type("(6/13) String with date format", "1815-12-10")
     chat.type("(7/13) Integer", "500")

@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import pytest
 
 from gantry import elicit
 from gantry.elicit import Caller, Question
-from gantry.mcp.elicitation import Elicitor
+from gantry.mcp import caller as callpath
+from gantry.mcp.elicitation import MAX_QUESTIONS, Elicitor
 from gantry.mcp.host import Host
 from gantry.mcp.manifest import parse
 from gantry.tools import Registry
@@ -45,13 +47,9 @@ class Script:
 
 
 @asynccontextmanager
-async def everything(dialog: Script | None, *, timeout: float = 60.0,
-                     call_timeout: float | None = None) -> AsyncIterator[Host]:
-    elicitor = Elicitor(timeout=timeout)
-    if dialog is not None:
-        elicitor.dialogs["stdio"] = dialog
-    host = Host(parse(toml_server("every", everything_command(), timeout=call_timeout),
-                      BASE_ENV), Registry(), BASE_ENV, elicitor=elicitor)
+async def served(manifest: str, elicitor: Elicitor) -> AsyncIterator[Host]:
+    """A Host of `manifest`'s servers, relaying their questions through `elicitor`."""
+    host = Host(parse(manifest, BASE_ENV), Registry(), BASE_ENV, elicitor=elicitor)
     async with anyio.create_task_group() as tg:
         with anyio.fail_after(BOOT):
             await host.start(tg)
@@ -59,6 +57,17 @@ async def everything(dialog: Script | None, *, timeout: float = 60.0,
             yield host
         finally:
             tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def everything(dialog: Script | None, *, timeout: float = 60.0,
+                     call_timeout: float | None = None) -> AsyncIterator[Host]:
+    elicitor = Elicitor(timeout=timeout)
+    if dialog is not None:
+        elicitor.dialogs["stdio"] = dialog
+    async with served(toml_server("every", everything_command(), timeout=call_timeout),
+                      elicitor) as host:
+        yield host
 
 
 def raw(text: str) -> dict[str, object]:
@@ -113,7 +122,7 @@ async def test_form_is_relayed_field_by_field_and_the_answers_reach_the_server()
         "legacyTitledEnum": "pet-2"}
     boolean = next(q for q in dialog.asked if ") Boolean" in q.text)
     assert boolean.choices == (elicit.YES, elicit.NO, elicit.SKIP) and not boolean.typed
-    retried = [q for q in dialog.asked if q.text.startswith("that is not an email address")]
+    retried = [q for q in dialog.asked if q.text.startswith("That is not an email address")]
     assert len(retried) == 1  # the bad answer was asked again, with the reason
     assert dialog.told[-1] == "Sent."
 
@@ -221,3 +230,90 @@ async def test_the_static_fixture_asks_too() -> None:
         tg.cancel_scope.cancel()
     assert not result.error, result.text
     assert "'action':'accept'" in result.text and "'ok':true" in result.text
+
+
+# ------------------------------------------------------- a server that keeps asking (issue 35)
+
+class Late(Script):
+    """Answers after `delay` seconds (never, with delay=None): a person who is slow or away."""
+
+    def __init__(self, answer: Callable[[Question], str], delay: float | None) -> None:
+        super().__init__(answer)
+        self.delay = delay
+
+    async def ask(self, caller: Caller, question: Question) -> str:
+        self.asked.append(question)
+        if self.delay is None:
+            await anyio.sleep_forever()
+        await anyio.sleep(self.delay)
+        return self.answer(question)
+
+    @property
+    def questions(self) -> int:
+        """Elicitation requests shown (each starts with the server's message)."""
+        return sum(q.text.startswith("MCP server") for q in self.asked)
+
+
+def word(q: Question) -> str:
+    return elicit.ANSWER if q.text.startswith("MCP server") else "hello"
+
+
+@asynccontextmanager
+async def nagging(dialog: Script, *, question_timeout: float,
+                  call_timeout: float) -> AsyncIterator[Host]:
+    """The Python fixture (its `nag` re-asks after every unanswered question) behind a Host."""
+    from tests.fakes.mcp_servers import python_fixture_toml
+
+    elicitor = Elicitor(timeout=question_timeout, dialogs={"stdio": dialog})
+    async with served(python_fixture_toml("fx", timeout=call_timeout), elicitor) as host:
+        yield host
+
+
+async def asked(host: Host, args: dict[str, object]) -> tuple[Any, float]:
+    token = elicit.TURN.set(ME)
+    started = anyio.current_time()
+    try:
+        with anyio.fail_after(60):  # today's code: 20 rounds of the question's timeout
+            result = await host.call("fx", "nag", args)
+    finally:
+        elicit.TURN.reset(token)
+    return result, anyio.current_time() - started
+
+
+async def test_unanswered_questions_count_against_the_cap() -> None:
+    """timeout_seconds 0.15 → a 1.5 s cap; each question waits 1 s. The server asks again
+    after every unanswered one: the call ends at the first question's end past the cap,
+    not 20 questions later."""
+    dialog = Late(word, delay=None)
+    async with nagging(dialog, question_timeout=1.0, call_timeout=0.15) as host:
+        result, took = await asked(host, {"rounds": 20})
+    print(f"\n{dialog.questions} question(s), {took:.1f} s")
+    assert result.error and "did not finish within 1.5 s" in result.text, result.text
+    assert dialog.questions <= MAX_QUESTIONS
+    assert sum(t.startswith("No answer") for t in dialog.told) == dialog.questions
+    assert took < 6.0  # the cap and one question's wait, with room for a loaded machine
+
+
+async def test_a_call_asks_the_user_at_most_the_question_budget() -> None:
+    """Answered at once every time, a server that asks for ever gets MAX_QUESTIONS answers;
+    the next question is declined without reaching the user."""
+    dialog = Late(word, delay=0.0)
+    async with nagging(dialog, question_timeout=30.0, call_timeout=20.0) as host:
+        result, _took = await asked(host, {"rounds": 20, "always": True})
+    assert not result.error, result.text
+    assert result.text == " ".join(["accept"] * MAX_QUESTIONS + ["decline"])
+    assert dialog.questions == MAX_QUESTIONS
+
+
+async def test_answered_questions_never_move_a_call_past_the_ceiling(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An answered question moves the cap on by its time, but never past MAX_CALL_SECONDS
+    (2.5 s here): a question still open then is closed, and the call ends."""
+    monkeypatch.setattr(callpath, "MAX_CALL_SECONDS", 2.5)
+    dialog = Late(word, delay=1.0)
+    async with nagging(dialog, question_timeout=30.0, call_timeout=0.2) as host:
+        result, took = await asked(host, {"rounds": 20, "always": True})
+    print(f"\n{dialog.questions} question(s), {took:.1f} s")
+    assert result.error and "did not finish" in result.text, result.text
+    assert took < 2.5 + 3.0  # the ceiling, with room for a loaded machine

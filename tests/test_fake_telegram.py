@@ -32,7 +32,7 @@ from aiogram.exceptions import (
 from aiogram.methods import SendSticker
 from aiogram.types import BotCommand, MessageEntity, ReplyParameters
 
-from gantry.channel.tgformat import render_markdown, to_aiogram
+from gantry.channel.telegram.format import render_markdown, to_aiogram
 from tests.fakes.telegram import CANT_PARSE, NOT_MODIFIED, FakeTelegram, FaultKind
 
 TOKEN = "123456789:AAtest-token-abcdefghijklmnopqrstuv"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from gantry.mcp.breaker import Breaker
-from gantry.mcp.host import BACKOFF_CAP, backoff
+from gantry.mcp.supervise import BACKOFF_CAP, backoff
 
 
 class Clock:

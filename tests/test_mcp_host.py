@@ -19,7 +19,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gantry.mcp import host as hostmod
+from gantry.mcp import supervise
 from gantry.mcp.breaker import Breaker
 from gantry.mcp.host import Host, ServerStartError
 from gantry.mcp.manifest import parse
@@ -214,8 +214,8 @@ async def test_a_ref_cycle_in_an_input_schema_is_warned_once_and_calls_go_throug
 async def test_100_crash_restart_cycles_leave_one_child_and_no_fd_growth(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(hostmod, "BACKOFF_BASE", 0.001)
-    monkeypatch.setattr(hostmod, "BACKOFF_CAP", 0.005)
+    monkeypatch.setattr(supervise, "BACKOFF_BASE", 0.001)
+    monkeypatch.setattr(supervise, "BACKOFF_CAP", 0.005)
     async with running(static_toml()) as (host, reg):
         server = host.servers["st"]
         server.breaker = Breaker(threshold=10**6)
@@ -237,8 +237,8 @@ async def test_100_crash_restart_cycles_leave_one_child_and_no_fd_growth(
 async def test_breaker_opens_after_repeated_failures_and_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(hostmod, "BACKOFF_BASE", 0.001)
-    monkeypatch.setattr(hostmod, "BACKOFF_CAP", 0.005)
+    monkeypatch.setattr(supervise, "BACKOFF_BASE", 0.001)
+    monkeypatch.setattr(supervise, "BACKOFF_CAP", 0.005)
     async with running(static_toml()) as (host, reg):
         server = host.servers["st"]
         server.breaker = Breaker(threshold=3, cooldown=1.0)
@@ -429,7 +429,7 @@ async def test_concurrent_timeouts_while_the_server_answers_pings_are_one_failur
 async def test_a_hang_that_gets_the_server_restarted_is_one_failure(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(hostmod, "PING_TIMEOUT", 0.5)
+    monkeypatch.setattr(supervise, "PING_TIMEOUT", 0.5)
     async with running(raw_fixture_toml(timeout=1)) as (host, reg):
         server = host.servers["raw"]
         results: list[str] = []

@@ -10,7 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gantry.mcp.manifest import ALLOWED, DEFAULT_PATH, ManifestError, ServerSpec, load, parse
+from gantry.log import Redactor
+from gantry.mcp.manifest import (
+    ALLOWED,
+    DEFAULT_PATH,
+    ManifestError,
+    ServerSpec,
+    load,
+    parse,
+    secrets,
+)
 
 PY = sys.executable
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TOKEN": "s3cret", "HOME": "/home/x"}
@@ -42,9 +51,47 @@ command = "sh"
     assert specs[0] == ServerSpec(
         name="time", command=PY, args=["-m", "x", "--token=s3cret"],
         env={"API_TOKEN": "s3cret", "PLAIN": "1"}, cwd="/", timeout_seconds=5.0,
+        expanded=("s3cret",),
     )
     assert specs[1].name == "sh-2" and os.path.isabs(specs[1].command)  # resolved on PATH
     assert specs[1].timeout_seconds == 60 and specs[1].args == [] and specs[1].env == {}
+
+
+def test_every_expanded_value_of_a_command_server_is_a_secret() -> None:
+    """Issue 35 item 4: what a `${VAR}` put in command, args, env or cwd is hidden from repr
+    and `where`, and handed to the redactor; what the manifest wrote itself is shown."""
+    env = {**ENV, "ARG_KEY": "arg-key-0123456789", "ENV_KEY": "env-key-0123456789",
+           "BIN": os.path.dirname(PY), "WORK": "/"}
+    (spec,) = parse(f"""
+[[server]]
+name = "s"
+command = "${{BIN}}/{os.path.basename(PY)}"
+args = ["-m", "x", "--key=${{ARG_KEY}}"]
+env = {{ K = "${{ENV_KEY}}" }}
+cwd = "${{WORK}}"
+""", env)
+    assert spec.args[-1] == "--key=arg-key-0123456789" and spec.env == {"K": "env-key-0123456789"}
+    shown = [repr(spec), str(spec), repr([spec]), spec.where]
+    for text in shown:
+        assert "arg-key-0123456789" not in text and "env-key-0123456789" not in text, text
+        assert os.path.dirname(PY) not in text, text
+    assert "'--key=[REDACTED]'" in repr(spec) and "'-m'" in repr(spec)
+    assert set(secrets([spec])) >= {"arg-key-0123456789", "env-key-0123456789",
+                                    os.path.dirname(PY), "/"}
+    assert os.path.dirname(PY) not in Redactor(secrets([spec])).text(f"ran {spec.command}")
+
+
+def test_a_manifest_cannot_set_what_was_expanded() -> None:
+    found = problems(f'[[server]]\nname = "s"\ncommand = "{PY}"\nexpanded = []\n')
+    assert found == ["server 's': unknown key 'expanded'; allowed: name, command, args, env, "
+                     "cwd, url, transport, headers, allow_http, required, timeout_seconds, auth, "
+                     "client_id, client_secret, scopes, redirect_uri"]
+
+
+def test_an_expanded_command_not_found_is_not_quoted() -> None:
+    found = problems('[[server]]\nname = "s"\ncommand = "/nowhere/${TOKEN}/bin"\n')
+    assert found == ["server 's': command '/nowhere/${TOKEN}/bin' is neither an executable "
+                     "path nor found on PATH"]  # as written: the value is never quoted
 
 
 def test_every_problem_is_reported_at_once_naming_server_and_key() -> None:
@@ -269,5 +316,5 @@ def test_a_misspelt_key_is_named_with_a_guess_and_the_rest_still_checked() -> No
 
 def test_allowed_keys_are_the_spec_s_fields() -> None:
     """Keys outside ALLOWED are dropped before decoding: a field missing from it would be
-    silently ignored."""
-    assert sorted(ALLOWED) == sorted(ServerSpec.__struct_fields__)
+    silently ignored (`expanded` is gantry's to fill in, never a manifest key)."""
+    assert sorted(ALLOWED) == sorted(set(ServerSpec.__struct_fields__) - {"expanded"})

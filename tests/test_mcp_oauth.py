@@ -387,8 +387,8 @@ async def test_host_boots_without_a_login_waits_for_one_and_says_so(
     a login in another process is picked up; a revoked refresh token turns back into that
     message, with no retry against the token endpoint while it waits."""
     from gantry.mcp import oauth
+    from gantry.mcp.auth import oauth_hook
     from gantry.mcp.host import Host
-    from gantry.mcp.tokens import oauth_hook
     from gantry.tools import Registry
 
     monkeypatch.setattr(oauth, "LOGIN_POLL", 0.1)
@@ -438,8 +438,8 @@ async def test_host_boots_without_a_login_waits_for_one_and_says_so(
 async def test_legacy_sse_server_logs_in_and_is_called_with_the_token(
     tmp_path: Path, oauth_server: Callable[..., OAuthServer]
 ) -> None:
+    from gantry.mcp.auth import oauth_hook
     from gantry.mcp.host import Host
-    from gantry.mcp.tokens import oauth_hook
     from gantry.tools import Registry
 
     server = oauth_server("--sse")

@@ -6,9 +6,11 @@ Every host runs in a task group cancelled at the end; every server process is st
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import sys
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,7 +19,8 @@ import anyio
 import pytest
 
 from gantry import log as logsetup
-from gantry.mcp import host as hostmod
+from gantry.mcp import caller as callpath
+from gantry.mcp import supervise
 from gantry.mcp.deadline import held
 from gantry.mcp.host import Host, ServerStartError
 from gantry.mcp.manifest import load, parse
@@ -140,6 +143,48 @@ async def test_a_server_dying_mid_call_fails_the_call_which_is_not_replayed(
             assert counter.read_text() == "ran\n"
 
 
+def reached(calls: Path) -> list[str]:
+    """The echo messages of the tools/calls that reached the server (node_calls.cjs)."""
+    if not calls.exists():
+        return []
+    rows = [json.loads(line) for line in calls.read_text().splitlines()]
+    return [str(r["arguments"]["message"]) for r in rows if r["name"] == "echo"]
+
+
+async def test_a_flapping_remote_is_used_as_soon_as_it_is_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 35 #9: server-everything killed (-9, by PID) and started again on its port, down
+    0.2 to 6 s each time. While it is down a call is answered at once that the server is not
+    reachable (not "did not answer within N s") and charges the breaker nothing; the first
+    call after it is back succeeds; the reconnect backoff stays short; no call ran twice and
+    none sent while it was down reached it later."""
+    calls = tmp_path / "calls.jsonl"
+    with everything_http(calls=calls) as srv, caplog.at_level(logging.INFO, "gantry.mcp"):
+        async with running(toml_remote("every", srv.url, timeout=5)) as host:
+            server = host.servers["every"]
+            for n, down in enumerate([0.2, 6.0, 1.0, 3.0, 0.5]):
+                srv.kill()
+                for k, pause in enumerate([0.0, down / 2]):
+                    await anyio.sleep(pause)
+                    started = time.monotonic()
+                    result = await host.call("every", "echo", {"message": f"down {n}.{k}"})
+                    assert result.error and "not reachable" in result.text, result.text
+                    assert "did not answer" not in result.text
+                    assert time.monotonic() - started < 4.0  # answered, not left to time out
+                await anyio.sleep(down / 2)
+                await anyio.to_thread.run_sync(srv.start)
+                with anyio.fail_after(10):
+                    result = await host.call("every", "echo", {"message": f"up {n}"})
+                assert (result.text, result.error) == (f"Echo: up {n}", False)
+            assert server.breaker.failures == 0 and server.breaker.state == "closed"
+            assert server.status().startswith("every: up, "), server.status()
+    assert reached(calls) == [f"up {n}" for n in range(5)]
+    delays = [r.__dict__["in_seconds"] for r in caplog.records
+              if r.getMessage() == "mcp server down; restarting"]
+    assert delays and max(delays) <= supervise.REMOTE_BACKOFF_CAP, delays
+
+
 async def test_progress_keeps_a_call_alive_past_its_timeout_over_http() -> None:
     with fixture_http() as srv:
         async with running(toml_remote("fx", srv.url, timeout=2)) as host:
@@ -161,10 +206,10 @@ async def test_progress_keeps_a_stdio_call_alive_too() -> None:
 async def test_a_call_reporting_progress_forever_is_cut_at_the_cap(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(hostmod, "PROGRESS_CAP_FACTOR", 4)
+    monkeypatch.setattr(callpath, "PROGRESS_CAP_FACTOR", 4)
     with fixture_http() as srv:
         async with running(toml_remote("fx", srv.url, timeout=0.5)) as host:
-            assert hostmod.call_cap(0.5) == 2.0
+            assert callpath.call_cap(0.5) == 2.0
             result = await host.call("fx", "forever", {"every": 0.1})
             assert result.error
             assert "kept reporting progress" in result.text and "2 s" in result.text
@@ -248,6 +293,30 @@ async def test_an_optional_server_that_is_down_does_not_stop_boot_and_comes_up_l
               and getattr(r, "server", None) == "opt"]
     assert [r.getMessage() for r in warned] == [
         "optional mcp server unavailable; gantry runs without it and keeps retrying"]
+
+
+async def test_an_optional_remote_that_is_down_for_a_while_is_back_within_seconds() -> None:
+    """Issue 36 #17: down long enough for 5 failed tries, an optional remote server still
+    shows as restarting (not "open circuit": failing to reach it charges no breaker), and
+    its tools are back within seconds of the server (the tries stay at most 2 s apart)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    srv = HttpServer([sys.executable, "-m", "tests.fakes.mcp_http_fixture", "{port}"], "/mcp",
+                     port=port)
+    async with running(toml_remote("opt", url, required=False)) as host:
+        server = host.servers["opt"]
+        await until(lambda: server.restarts >= 6, timeout=30, what="6 failed tries")
+        line = host.status_lines()[0]
+        assert line.startswith("opt: restarting (optional, last error:"), line
+        assert server.breaker.state == "closed"
+        await anyio.to_thread.run_sync(srv.start)
+        try:
+            back = time.monotonic()
+            await until(lambda: host.tools("opt"), timeout=60, what="its tools")
+            assert time.monotonic() - back < 5.0  # within the 2 s between tries, and then some
+            assert host.status_lines()[0].startswith("opt: up, ")
+        finally:
+            srv.stop()
 
 
 async def test_a_required_server_that_is_down_fails_boot_naming_it() -> None:

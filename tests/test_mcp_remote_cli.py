@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.mcp_remote import everything_http, free_port, toml_remote
-from tests.fakes.openai import FakeOpenAI
+from tests.fakes.openai import FakeOpenAI, Reply
 
 pytestmark = pytest.mark.slow
 
@@ -90,3 +90,43 @@ def test_run_calls_a_remote_tool_and_status_shows_the_server(tmp_path: Path) -> 
             run.kill()
     assert "Traceback" not in run.stderr
     assert HEADER_SECRET not in run.stderr + run.stdout and KEY not in run.stderr
+
+
+ZAP = "zap-path-key-5f0c9e1d2b3a"
+
+
+def test_a_key_in_a_remote_url_path_is_never_printed(tmp_path: Path) -> None:
+    """Issue 35 item 4: `url = ".../mcp/${ZAP_KEY}/sse"` (hosted servers carry keys so): the
+    path 404s here, and neither check, tools list, a run's logs (at debug) nor /status print
+    the key, in the server's address or in the errors that quote the URL."""
+    from tests.procs import ChildIO
+
+    with everything_http() as srv, FakeOpenAI(api_key=KEY) as model:
+        manifest = tmp_path / "mcp.toml"
+        manifest.write_text(toml_remote("zap", f"http://127.0.0.1:{srv.port}/mcp/${{ZAP_KEY}}/sse",
+                                        required=False))
+        env = {**_env(tmp_path, manifest, model.base_url), "ZAP_KEY": ZAP, "LOG_LEVEL": "debug"}
+        check = _run(["check"], env)
+        listing = _run(["tools", "list"], env)
+        model.push(Reply("hi"))
+        run = ChildIO(subprocess.Popen([sys.executable, "-m", "gantry", "run"], cwd=ROOT, env=env,
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE))
+        try:
+            run.send("hello")
+            run.expect("hi\n", timeout=60)
+            run.send("/status")
+            status = run.expect("restarts\n", timeout=30)
+            run.close_stdin()
+            assert run.wait_exit(30) == 0, run.stderr[-3000:]
+        finally:
+            run.kill()
+    shown = "/mcp/[REDACTED]/sse"
+    assert "mcp zap" in check.stdout and shown in check.stdout, check.stdout
+    assert "404" in check.stdout  # the error is there, its URL redacted
+    assert shown in listing.stdout + listing.stderr
+    assert "mcp zap:" in status and shown in status, status
+    assert shown in run.stderr and "404" in run.stderr
+    for out in (check.stdout, check.stderr, listing.stdout, listing.stderr, run.stdout,
+                run.stderr):
+        assert ZAP not in out, out[-3000:]

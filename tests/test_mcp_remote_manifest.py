@@ -47,7 +47,7 @@ allow_http = true
     assert http == ServerSpec(
         name="remote", url="https://mcp.example.com/mcp?key=q-key-123456",
         headers={"Authorization": "Bearer s3cret-header-value", "X-Plain": "1"},
-        timeout_seconds=5.0,
+        timeout_seconds=5.0, expanded=("q-key-123456", "s3cret-header-value"),
     )
     assert http.remote and http.transport == "streamable-http" and http.required
     assert sse.transport == "sse" and not sse.required
@@ -63,6 +63,27 @@ def test_header_values_and_url_keys_never_in_repr_or_str() -> None:
         assert "Authorization" in text and "[REDACTED]" in text
     assert set(secrets([spec])) >= {"Bearer s3cret-header-value", "s3cret-header-value",
                                     "key=q-key-123456"}
+
+
+ZAP = "zap-path-key-0123456789"
+
+
+def test_a_key_in_the_url_path_is_a_secret() -> None:
+    """Issue 35 item 4: hosted servers carry their key in the path (`/mcp/${ZAP_KEY}/sse`);
+    it is hidden from `where`, repr and problems, and handed to the redactor."""
+    env = {**ENV, "ZAP_KEY": ZAP}
+    (spec,) = parse('[[server]]\nname = "z"\nurl = "https://h.example/mcp/${ZAP_KEY}/sse"\n'
+                    'headers = { X-Team = "team-${KEY}" }\n', env)
+    assert spec.url == f"https://h.example/mcp/{ZAP}/sse"
+    assert spec.where == "https://h.example/mcp/[REDACTED]/sse"
+    for text in (repr(spec), str(spec), repr([spec]), spec.where):
+        assert ZAP not in text and "q-key-123456" not in text, text
+    assert set(secrets([spec])) >= {ZAP, "q-key-123456", "team-q-key-123456"}
+    redact = logsetup.Redactor(secrets([spec])).text
+    assert redact(f"HTTP 404 from {spec.url}") == "HTTP 404 from https://h.example/mcp/[REDACTED]/sse"
+    found = problems('[[server]]\nname = "z"\nurl = "http://${ZAP_KEY}.example/mcp"\n', env)
+    assert found and all(ZAP not in p for p in found), found
+    assert "[REDACTED]" in found[0]
 
 
 def test_loading_a_manifest_makes_every_redactor_hide_its_header_values(

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gantry.media import MediaError, MediaReader, TooLarge
+from gantry.media.build import MediaReader
 from gantry.media.convert import fenced, read_text
-from gantry.media.files import NAME_MAX, place, safe_name, save_stream
+from gantry.media.files import NAME_MAX, MediaError, TooLarge, place, safe_name, save_stream
 from gantry.media.kinds import Media
 from gantry.media.transcribe import Transcriber, TranscribeUnavailable
 from tests.fakes.media_samples import jpeg, pdf
@@ -126,6 +126,10 @@ def test_media_settings_are_checked_and_default_to_the_chat_models() -> None:
     reader = reader_for(cfg)
     assert reader.max_bytes == 20_000_000 and reader.transcriber is not None
     assert reader.transcriber.url == "https://llm.example/v1/audio/transcriptions"
+    assert (reader.keep_seconds, reader.max_total_bytes) == (7 * 86400, 1_000_000_000)
+    tight = reader_for(config.load({**base, "MEDIA_KEEP_DAYS": "2",
+                                    "MEDIA_MAX_TOTAL_BYTES": "5000000"}))
+    assert (tight.keep_seconds, tight.max_total_bytes) == (2 * 86400, 5_000_000)
     assert reader_for(config.load(base)).transcriber is None
     with pytest.raises(config.ConfigError) as err:
         config.load({**base, "MEDIA_MAX_BYTES": "10", "LLM_TRANSCRIBE_BASE_URL": "ftp://x",

@@ -11,12 +11,8 @@ import pytest
 from gantry import db
 from gantry.agent import Agent
 from gantry.channel.base import Inbound
-from gantry.prompt import assemble
-from gantry.provider import Provider
-from gantry.session import IMAGE_CHARS, SessionStore, msg_chars, render_for_summary
-from gantry.tools import Registry
-from gantry.wire.openai import (
-    ChatRequest,
+from gantry.model.client import Provider
+from gantry.model.messages import (
     ImagePart,
     ImageURL,
     TextPart,
@@ -26,6 +22,10 @@ from gantry.wire.openai import (
     encode,
     user_content,
 )
+from gantry.model.wire import ChatRequest
+from gantry.prompt import assemble
+from gantry.session import IMAGE_CHARS, SessionStore, msg_chars, render_for_summary
+from gantry.tools import Registry
 from tests.fakes.openai import FakeOpenAI
 
 PIXEL = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4

@@ -12,10 +12,10 @@ import pytest
 from gantry import db
 from gantry.agent import Agent
 from gantry.channel.stdio import StdioChannel
-from gantry.media import MediaReader
+from gantry.media.build import MediaReader
 from gantry.media.local import ATTACH_HELP, parse_attach
 from gantry.media.transcribe import UNSET_REPLY
-from gantry.provider import Provider
+from gantry.model.client import Provider
 from gantry.session import SessionStore
 from gantry.tools import Registry
 from tests.fakes.media_samples import jpeg, ogg, pdf
@@ -78,3 +78,14 @@ async def test_attach_refusals_make_no_model_call(tmp_path: Path) -> None:
     assert lines[2].endswith("not a regular file.")
     assert "too large" in lines[3] and "MEDIA_MAX_BYTES" in lines[3]
     assert lines[4:] == [UNSET_REPLY]
+
+
+@pytest.mark.anyio
+async def test_an_attached_wav_is_an_audio_file_not_a_voice_message(tmp_path: Path) -> None:
+    """Issue 36 item 13: /attach of a .wav is spoken of as an audio file."""
+    (tmp_path / "memo.wav").write_bytes(b"RIFF\x24\x00\x00\x00WAVEfmt " + bytes(64))
+    async with FakeOpenAI() as fake:
+        out = await repl(tmp_path, fake, [f"/attach {tmp_path / 'memo.wav'}"])
+        assert fake.requests == []
+    (line,) = out.splitlines()
+    assert line.startswith("I got an audio file, but transcription is not set up")

@@ -15,10 +15,11 @@ import pytest
 
 from gantry import db
 from gantry.agent import Agent
-from gantry.channel.telegram import NON_TEXT_REPLY, TelegramChannel
-from gantry.media import MediaReader
+from gantry.channel.telegram import TelegramChannel
+from gantry.channel.telegram.poll import NON_TEXT_REPLY
+from gantry.media.build import MediaReader
 from gantry.media.transcribe import UNSET_REPLY, Transcriber
-from gantry.provider import Provider
+from gantry.model.client import Provider
 from gantry.session import SessionStore
 from gantry.tools import Registry
 from tests.fakes.media_samples import jpeg, ogg, pdf
@@ -47,7 +48,7 @@ class Bot:
 
 @contextlib.asynccontextmanager
 async def bot(tmp_path: Path, *, transcribe: bool = True, groups: str = "off",
-              cap: int = CAP) -> AsyncIterator[Bot]:
+              cap: int = CAP, **keeping: Any) -> AsyncIterator[Bot]:
     async with FakeTelegram(token=TOKEN) as tg, FakeOpenAI() as llm:
         provider = Provider(llm.base_url, "sk-test-123456", "fake-model")
         conn = db.connect(tmp_path / "g.db")
@@ -55,7 +56,7 @@ async def bot(tmp_path: Path, *, transcribe: bool = True, groups: str = "off",
                       persona=lambda: "")
         transcriber = Transcriber(llm.base_url, "sk-test-123456", "whisper-1") if transcribe \
             else None
-        reader = MediaReader(str(tmp_path / "data"), cap, transcriber)
+        reader = MediaReader(str(tmp_path / "data"), cap, transcriber, **keeping)
         try:
             async with running(tg, tmp_path / "g.db", respond=agent, conn=conn, media=reader,
                                groups=groups) as ch:
@@ -255,3 +256,104 @@ async def test_a_transcription_service_down_is_said_once_and_calls_no_model(
         b.tg.push_voice(USER, ogg(seed=4))  # sent again: read this time
         await b.replies(2)
         assert b.llm.last_request.last_user_text.startswith("[voice message, 0:03")
+
+
+async def test_a_huge_transcript_is_cut_like_a_document_in_the_request_and_history(
+    tmp_path: Path,
+) -> None:
+    """Issue 35 item 5: a 3,000,000-character transcript reaches neither the model nor the
+    stored history whole; it is cut at the document cap and says so."""
+    from gantry.media.convert import TEXT_MAX_CHARS, cut_note
+
+    async with bot(tmp_path) as b:
+        b.llm.transcript = "spoken words " * 230_770  # type: ignore[attr-defined]  # 3.0 M chars
+        b.tg.push_voice(USER, ogg(), duration=9)
+        await b.replies()
+        text = b.llm.last_request.last_user_text
+        head = "[voice message, 0:09, transcribed]\n"
+        assert text.startswith(head) and text.endswith(cut_note(TEXT_MAX_CHARS))
+        assert len(text) == len(head) + TEXT_MAX_CHARS + len(cut_note(TEXT_MAX_CHARS))
+        assert len(b.llm.last_request.raw) < 2 * TEXT_MAX_CHARS
+        _, stored = SessionStore(b.ch.store.conn).load(f"telegram:{USER}")  # type: ignore[attr-defined]
+        assert max(len(str(m)) for m in stored) < 2 * TEXT_MAX_CHARS
+
+
+async def test_an_endless_transcription_answer_is_not_read_past_the_byte_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The response body has a byte limit: past it the note is refused with a reply (no
+    model call) instead of being read whole into memory."""
+    from gantry.media import transcribe
+
+    monkeypatch.setattr(transcribe, "RESPONSE_MAX_BYTES", 100_000)
+    async with bot(tmp_path) as b:
+        b.llm.transcript = "x" * 200_000  # type: ignore[attr-defined]
+        b.tg.push_voice(USER, ogg())
+        (reply,) = await b.replies()
+        assert reply == ("The voice message could not be transcribed (the transcription "
+                         "service sent more than 100,000 bytes).")
+        assert b.llm.requests == []
+
+
+async def test_an_audio_file_is_called_an_audio_file_not_a_voice_message(
+    tmp_path: Path,
+) -> None:
+    """Issue 36 item 13: a Telegram audio file is "an audio file" in every reply about it;
+    a voice note stays a voice message."""
+    async with bot(tmp_path, transcribe=False) as b:
+        b.tg.push_audio(USER, ogg(), name="memo.wav")
+        (reply,) = await b.replies()
+        assert reply.startswith("I got an audio file, but transcription is not set up")
+        assert "voice message" not in reply
+    (tmp_path / "2").mkdir()
+    async with bot(tmp_path / "2") as b:
+        b.llm.transcribe_status = 503  # type: ignore[attr-defined]
+        b.tg.push_audio(USER, ogg(), name="memo.wav")
+        (reply,) = await b.replies()
+        assert reply.startswith("Sorry — the audio file could not be transcribed")
+        b.tg.push_voice(USER, ogg(seed=2))
+        assert (await b.replies(2))[1].startswith("Sorry — the voice message could not be")
+
+
+async def test_kept_files_stay_within_their_budget_the_oldest_going_first(
+    tmp_path: Path,
+) -> None:
+    """Issue 35 item 6: files the model cannot read are kept in DATA_DIR/media within
+    MEDIA_MAX_TOTAL_BYTES; each new one makes room by removing the oldest, and any past
+    MEDIA_KEEP_DAYS goes whatever the room."""
+    import os
+    import random
+
+    def blob(seed: int) -> bytes:
+        return random.Random(seed).randbytes(10_000)
+
+    async with bot(tmp_path, max_total_bytes=25_000) as b:
+        for n, name in enumerate(("a.bin", "b.bin", "c.bin"), start=1):
+            b.tg.push_document(USER, blob(n), name, "application/octet-stream")
+            await b.replies(n)
+            assert f"{name}, application/octet-stream, 10 KB, saved at" in (
+                b.llm.last_request.last_user_text)
+        kept = {p.name.split("-", 1)[1]: p for p in b.media_files}
+        assert sorted(kept) == ["b.bin", "c.bin"]  # a.bin, the oldest, made room for c.bin
+        assert kept["c.bin"].read_bytes() == blob(3)
+        week = 8 * 86400
+        os.utime(kept["b.bin"], (kept["b.bin"].stat().st_atime - week,) * 2)  # past 7 days
+        b.tg.push_document(USER, b"tiny", "d.bin", "application/octet-stream")
+        await b.replies(4)
+        assert sorted(p.name.split("-", 1)[1] for p in b.media_files) == ["c.bin", "d.bin"]
+        assert sum(p.stat().st_size for p in b.media_files) <= 25_000
+
+
+async def test_a_file_larger_than_the_kept_budget_gets_a_clear_reply(tmp_path: Path) -> None:
+    """A file that cannot be kept even with every older one gone is refused with a reply
+    naming the limit: no model call, not left on disk, and nothing older removed for it."""
+    async with bot(tmp_path, max_total_bytes=20_000) as b:
+        b.tg.push_document(USER, b"\x00" * 5_000, "old.bin", "application/octet-stream")
+        await b.replies(1)
+        asked = len(b.llm.requests)
+        b.tg.push_document(USER, b"\x01" * 30_000, "huge.bin", "application/octet-stream")
+        reply = (await b.replies(2))[1]
+        assert reply == ("huge.bin (30 KB) is too large to keep: files I keep for you may take "
+                         "20 KB in all (MEDIA_MAX_TOTAL_BYTES).")
+        assert len(b.llm.requests) == asked
+        assert [p.name.split("-", 1)[1] for p in b.media_files] == ["old.bin"]

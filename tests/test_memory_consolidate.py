@@ -21,7 +21,8 @@ from gantry.memory.consolidate import (
     parse_plan,
 )
 from gantry.memory.store import MemoryStore
-from gantry.provider import Provider, RetryPolicy
+from gantry.model.client import Provider
+from gantry.model.retry import RetryPolicy
 from tests.fakes.openai import Echo, FakeOpenAI, HTTPError, Reply
 
 pytestmark = pytest.mark.anyio

@@ -14,14 +14,15 @@ from gantry import db
 from gantry.agent import Agent
 from gantry.channel.base import Inbound
 from gantry.config import load
-from gantry.mcp.host import CallResult
+from gantry.mcp.convert import CallResult
 from gantry.memory.mcp_backend import SHAPE_AIGPT, SHAPE_TOOLS
 from gantry.memory.store import KINDS
 from gantry.memory.wiring import MemoryParts, build, counts_line
+from gantry.model.client import Provider
+from gantry.model.retry import RetryPolicy
 from gantry.prompt import PRECEDENCE
-from gantry.provider import Provider, RetryPolicy
 from gantry.session import SessionStore
-from gantry.tools import Registry, Tool
+from gantry.tools import Registry, Tool, mcp_source
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
 
 pytestmark = pytest.mark.anyio
@@ -116,7 +117,8 @@ async def test_memory_tools_run_in_private_and_are_neither_offered_nor_run_in_a_
     async def clock(args: dict[str, Any]) -> str:
         return "noon"
 
-    registry.register(Tool("clock__now", "the time", {"type": "object"}, clock, "clock"))
+    registry.register(
+        Tool("clock__now", "the time", {"type": "object"}, clock, mcp_source("clock")))
     mom = {"kind": "person", "subject": "mom", "content": "prefers calls over texts"}
     fake.push(ToolCalls([Call("memory_store", mom, id="p1")]),
               ToolCalls([Call("memory_recall", {"query": "mom"}, id="p2")]), Reply("noted"))

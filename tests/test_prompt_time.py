@@ -14,8 +14,8 @@ from zoneinfo import ZoneInfo, available_timezones
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gantry.model.messages import AssistantMessage, UserMessage, encode
 from gantry.prompt import TIME_MARK, assemble, time_footer
-from gantry.wire.openai import AssistantMessage, UserMessage, encode
 
 ZONES = sorted(z for z in available_timezones() if "/" in z and not z.startswith("posix/"))
 NOW = re.compile(

@@ -13,16 +13,10 @@ import anyio
 import httpx
 import pytest
 
-from gantry.provider import (
-    Completion,
-    Done,
-    Provider,
-    ProviderError,
-    RetryPolicy,
-    StreamEvent,
-    TextDelta,
-)
-from gantry.wire.openai import (
+from gantry.model.assemble import Completion
+from gantry.model.client import Done, Provider, StreamEvent, TextDelta
+from gantry.model.errors import ProviderError
+from gantry.model.messages import (
     FunctionDef,
     Message,
     SystemMessage,
@@ -31,6 +25,7 @@ from gantry.wire.openai import (
     UserMessage,
     encode,
 )
+from gantry.model.retry import RetryPolicy
 from tests.fakes.openai import (
     BadGzip,
     Call,
@@ -150,7 +145,7 @@ def test_the_connection_pool_is_made_at_the_first_call_not_at_boot() -> None:
     import sys
 
     code = ("import sys, anyio\n"
-            "from gantry.provider import Provider\n"
+            "from gantry.model.client import Provider\n"
             "p = Provider('https://llm.invalid/v1', 'k', 'm')\n"
             "print('httpcore' in sys.modules, p._http is None)\n"
             "anyio.run(p.aclose)\n")

@@ -143,7 +143,7 @@ def test_messages() -> None:
 def test_provider_client_agrees() -> None:
     """The Provider's own client, made as at the first model call, fails exactly when
     problems() says it will."""
-    from gantry.provider import Provider
+    from gantry.model.client import Provider
 
     for env in [*ACCEPTED, *REJECTED]:
         provider = Provider("http://127.0.0.1:9/v1", "k", "m", verify=_CTX)

@@ -27,9 +27,12 @@ from typing import Any
 
 import apsw
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from gantry.channel.stdio import LineEditor
-from gantry.session import STOPPED_ANSWER
+from gantry.channel.stdio.editor import LineEditor
+from gantry.channel.stdio.output import MARK_MAX, mark
+from gantry.session import CANCELLED_RESULT, STOPPED_ANSWER
 from tests.fakes.mcp_servers import python_fixture_toml
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
 from tests.test_cron_e2e import schedule_script, soon
@@ -44,7 +47,8 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 class Repl:
     """`python -m gantry run` with its stdin and stdout on a pty; stderr a pipe (JSON)."""
 
-    def __init__(self, tmp_path: Path, base_url: str, env: dict[str, str]) -> None:
+    def __init__(self, tmp_path: Path, base_url: str, env: dict[str, str],
+                 stderr_on_tty: bool = False) -> None:
         persona = tmp_path / "persona"
         persona.mkdir(exist_ok=True)
         (persona / "PERSONA.md").write_text(PERSONA + "\n", encoding="utf-8")
@@ -61,8 +65,8 @@ class Repl:
 
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gantry", "run"], stdin=slave, stdout=slave,
-            stderr=subprocess.PIPE, env=self.env, cwd=ROOT, start_new_session=True,
-            preexec_fn=controlling_tty,
+            stderr=slave if stderr_on_tty else subprocess.PIPE, env=self.env, cwd=ROOT,
+            start_new_session=True, preexec_fn=controlling_tty,
         )
         os.close(slave)
         self._cond = threading.Condition()
@@ -86,7 +90,8 @@ class Repl:
                     self._cond.notify_all()
 
         def pump_err() -> None:
-            assert self.proc.stderr is not None
+            if self.proc.stderr is None:  # on the pty: part of the screen
+                return
             for line in self.proc.stderr:
                 with self._cond:
                     self.stderr += line.decode("utf-8", "replace")
@@ -159,8 +164,8 @@ class Repl:
 def repl(tmp_path: Path, fake: FakeOpenAI) -> Iterator[Callable[..., Repl]]:
     started: list[Repl] = []
 
-    def start(**env: str) -> Repl:
-        r = Repl(tmp_path, fake.base_url, env)
+    def start(stderr_on_tty: bool = False, **env: str) -> Repl:
+        r = Repl(tmp_path, fake.base_url, env, stderr_on_tty)
         started.append(r)
         return r
 
@@ -202,8 +207,10 @@ def test_unknown_command_is_answered_and_help_lists_commands_and_keys(
     r.expect("Unknown command /stauts. /help lists the commands.\n> ")
     r.type("/help\r")
     shown = r.expect("Ctrl-D exits\n> ")
-    for command in ("/new", "/status", "/help", "Ctrl-C stops a reply"):
+    for command in ("/new", "/status", "/help", "/decline", "Ctrl-C stops a reply"):
         assert command in shown, shown
+    r.type("/decline\r")  # no question open: said so, not "unknown", not sent to the model
+    r.expect("Nothing to decline: no MCP server is asking a question.\n> ")
     r.type("/usr/bin is where?\r")  # a path is a message, not a command
     r.expect("echo: /usr/bin is where?\n")
     assert [q.last_user_text for q in fake.requests] == ["/usr/bin is where?"]
@@ -273,31 +280,74 @@ def test_ctrl_c_clears_a_typed_line_before_it_exits(
     assert r.wait_exit() == 0
 
 
-def test_ctrl_c_during_a_tool_call_lets_it_finish_and_runs_nothing_after(
+def test_a_log_line_and_ctrl_c_redraw_the_prompt_with_the_typed_text(
+    repl: Callable[..., Repl], fake: FakeOpenAI
+) -> None:
+    """Log lines share the terminal (stderr): one lands above the prompt, which is drawn again
+    with the half-typed line; Ctrl-C stopping a reply keeps what was typed ahead."""
+    r = repl(stderr_on_tty=True, CRON_ENABLED="false", LOG_FORMAT="text", LOG_LEVEL="info")
+    r.expect("> ", timeout=60)
+    r.type("hi\r")
+    r.expect("echo: hi\n> ")  # by now the signal handlers are surely installed
+    r.type("half a thou")
+    r.expect("half a thou")
+    os.kill(r.proc.pid, signal.SIGHUP)  # reloading the persona logs a line
+    r.expect("persona")
+    r.expect("\n> half a thou")
+    r.type("ght\r")
+    r.expect("echo: half a thought\n> ")
+    fake.push(Reply("never arrives", delay=60.0))
+    r.type("take your time\r")
+    wait_requests(fake, 3)
+    r.type("typed ahead")
+    r.type("\x03")
+    r.expect("(stopped)\n> typed ahead")
+    r.type("\r")
+    r.expect("echo: typed ahead\n")
+    r.type("\x04")
+    assert r.wait_exit() == 0
+
+
+def test_ctrl_c_during_an_mcp_tool_call_cancels_it_and_ends_the_turn_at_once(
     repl: Callable[..., Repl], fake: FakeOpenAI, tmp_path: Path
 ) -> None:
-    """The call may have side effects: it finishes and its result is recorded, then the turn
-    stops before the next model call; the history closes the turn as stopped."""
+    """Issue 35 #10: Ctrl-C while a 30 s MCP call runs shows "(stopped)" within a few
+    seconds, the server gets notifications/cancelled (the fixture's `slow` writes it down),
+    nothing runs after it, and the history records the call as cancelled (a valid
+    transcript: the call's id has a result), the turn as stopped."""
     manifest = tmp_path / "mcp.toml"
     manifest.write_text(python_fixture_toml("fx"), encoding="utf-8")
+    marks = tmp_path / "slow.txt"
     r = repl(CRON_ENABLED="false", MCP_MANIFEST=str(manifest))
     r.expect("> ", timeout=60)
-    fake.push(ToolCalls([Call("fx__hang", {"seconds": 3}, id="call_h")]))
+    fake.push(ToolCalls([Call("fx__slow", {"path": str(marks), "seconds": 30}, id="call_s")]))
     r.type("wait for it\r")
-    r.wait_rows("SELECT 1 FROM session_message WHERE role = 'assistant'", 1)
-    r.type("\x03")  # while the 3 s call runs
-    r.expect("(stopped)\n> ")
+    deadline = time.monotonic() + WAIT
+    while "started" not in (marks.read_text() if marks.exists() else ""):
+        assert time.monotonic() < deadline, "the slow call never started"
+        time.sleep(0.05)
+    stopped_at = time.monotonic()
+    r.type("\x03")  # while the 30 s call runs
+    r.expect("(stopped)\n> ", timeout=3.0)  # it used to wait the whole 30 s
+    print(f"\nCtrl-C → (stopped) in {(time.monotonic() - stopped_at) * 1000:.0f} ms")
+    while "cancelled" not in marks.read_text():
+        assert time.monotonic() < stopped_at + 5, f"no cancellation: {marks.read_text()!r}"
+        time.sleep(0.05)
+    assert marks.read_text().split() == ["started", "cancelled"]
     assert len(fake.requests) == 1  # nothing after the tool call
     r.type("and now?\r")
     r.expect("echo: and now?\n")
     sent = fake.last_request.messages
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "assistant",
                                          "user"]
-    assert sent[2]["tool_calls"][0]["id"] == "call_h"
-    assert sent[3] == {"role": "tool", "tool_call_id": "call_h", "content": "woke up"}
+    assert sent[2]["tool_calls"][0]["id"] == "call_s"
+    assert sent[3] == {"role": "tool", "tool_call_id": "call_s", "content": CANCELLED_RESULT}
     assert sent[4]["content"] == STOPPED_ANSWER
+    assert any(e.get("message") == "tool call cancelled: the user stopped the turn"
+               for e in r.logs())
     r.type("\x04")
     assert r.wait_exit() == 0
+    assert "finished" not in marks.read_text()
 
 
 def test_sigint_sent_with_kill_is_still_a_graceful_shutdown(
@@ -333,6 +383,26 @@ def test_scheduled_push_is_marked_and_the_prompt_redrawn_with_the_typed_text(
     assert r.wait_exit() == 0
 
 
+def test_a_watch_wake_is_marked_as_that_watch_not_as_scheduled(
+    repl: Callable[..., Repl], fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    from tests.test_watch_e2e import FAST, add_script, polls, setup_feed, wait
+
+    feed, manifest = setup_feed(tmp_path)
+    r = repl(MCP_MANIFEST=manifest, **FAST)
+    r.expect("> ", timeout=60)
+    fake.push(*add_script(), Reply("New alert: flood warning."))
+    r.type("tell me about new alerts\r")
+    r.expect("Watching.\n> ")
+    wait(lambda: polls(feed) >= 1, 30, "the seed poll")
+    with open(feed, "a") as fh:
+        fh.write(json.dumps({"id": "a2", "title": "flood warning"}) + "\n")
+    r.expect("[watch #1 alerts] New alert: flood warning.\n> ", timeout=30)
+    assert "[scheduled] New alert" not in r.screen
+    r.type("\x04")
+    assert r.wait_exit() == 0
+
+
 # ----------------------------------------------------------------------------- the editor
 
 
@@ -347,3 +417,9 @@ def test_line_editor_keys() -> None:
     assert ed.feed(b"\x15\x03") == [("redraw", ""), ("interrupt", "")]
     assert ed.feed("\u4e2d".encode()[:2]) == []  # half a character waits for the rest
     assert ed.feed("\u4e2d".encode()[2:] + b"\n") == [("insert", "\u4e2d"), ("submit", "\u4e2d")]
+
+
+@given(st.text(max_size=300))
+def test_a_push_mark_is_one_bounded_printable_line(origin: str) -> None:
+    shown = mark(origin)
+    assert shown and len(shown) <= MARK_MAX and shown.isprintable() and shown == shown.strip()

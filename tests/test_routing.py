@@ -206,7 +206,7 @@ async def test_agent_offers_routed_tools_and_a_found_tool_in_the_same_turn(tmp_p
     finds a tool with tools_search and calls it in its next request of the same turn."""
     from gantry import db
     from gantry.agent import Agent
-    from gantry.provider import Provider
+    from gantry.model.client import Provider
     from gantry.session import SessionStore
     from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
 

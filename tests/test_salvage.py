@@ -13,10 +13,11 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from gantry.agent import CAP_NOTE, NO_ANSWER, NUDGE
-from gantry.salvage import (
+from gantry.agent import CAP_NOTE, NO_ANSWER, NUDGE, Agent
+from gantry.model.assemble import Completion
+from gantry.model.gate import StreamGate
+from gantry.model.salvage import (
     MARKERS,
-    StreamGate,
     parse_arguments,
     printed_calls,
     resolve_name,
@@ -36,13 +37,13 @@ TOKYO = {"timezone": "Asia/Tokyo"}
 
 def calls(text: str, names: set[str] = NAMES) -> list[tuple[str, Any]] | None:
     found = printed_calls(text, names)
-    return None if found is None else [(c.name, json.loads(c.arguments)) for c in found[0]]
+    return None if found is None else [(c.name, json.loads(c.arguments)) for c in found]
 
 
 # ----------------------------------------------------------------------------- printed calls
 
 
-@pytest.mark.parametrize(("text", "form"), [
+PRINTED = [
     (f'{{"name": "{T}", "arguments": {{"timezone": "Asia/Tokyo"}}}}', "bare-json"),
     (f'  {{"name": "{T}", "parameters": {{"timezone": "Asia/Tokyo"}}}}\n', "bare-json"),
     (f'{{"type": "function", "function": {{"name": "{T}", "arguments": "{{\\"timezone\\": '
@@ -61,19 +62,27 @@ def calls(text: str, names: set[str] = NAMES) -> list[tuple[str, Any]] | None:
     (f'[TOOL_CALLS] [{{"name": "{T}", "arguments": {{"timezone": "Asia/Tokyo"}}}}]', "mistral"),
     (f'[TOOL_CALLS]{T}[ARGS]{{"timezone": "Asia/Tokyo"}}', "mistral"),
     (f'[TOOL_CALLS]{T}[CALL_ID]a1b2c3d4e[ARGS]{{"timezone": "Asia/Tokyo"}}', "mistral"),
-])
+    (f'[TOOL_CALLS]{T}[ARGS]{{"timezone": "Asia/Tokyo"}}</s>', "mistral"),
+    (f'```\n<tool_call>\n{{"name": "{T}", "arguments": {{"timezone": "Asia/Tokyo"}}}}\n'
+     '</tool_call>\n```', "hermes"),
+]
+
+
+@pytest.mark.parametrize(("text", "form"), PRINTED)
 def test_every_printed_form_is_recovered(text: str, form: str) -> None:
     found = printed_calls(text, NAMES)
     assert found is not None, text
-    assert [(c.name, json.loads(c.arguments), c.form) for c in found[0]] == [(T, TOKYO, form)]
+    assert [(c.name, json.loads(c.arguments), c.form) for c in found] == [(T, TOKYO, form)]
 
 
-def test_several_calls_in_one_text_and_the_preamble() -> None:
-    two = (f'Let me check.\n<tool_call>\n{{"name": "{T}", "arguments": {{}}}}\n</tool_call>\n'
+def test_several_calls_in_one_text() -> None:
+    two = (f'\n<tool_call>\n{{"name": "{T}", "arguments": {{}}}}\n</tool_call>\n'
            '<tool_call>\n{"name": "calc__add", "arguments": {"a": 1, "b": 2}}\n</tool_call>')
-    found = printed_calls(two, NAMES)
-    assert found is not None and found[1] == "Let me check."
     assert calls(two) == [(T, {}), ("calc__add", {"a": 1, "b": 2})]
+    assert calls(f'<function={T}>{{}}</function>\n<function=calc__add>{{"a": 1}}</function>') == [
+        (T, {}), ("calc__add", {"a": 1})]
+    assert calls(f'<|python_tag|>{{"name": "{T}", "parameters": {{}}}}; {{"name": "calc__add", '
+                 '"parameters": {}}<|eom_id|>') == [(T, {}), ("calc__add", {})]
     assert calls(f'{{"name": "{T}", "arguments": {{}}}}\n{{"name": "calc__add", "arguments": '
                  '{"a": 1}}') == [(T, {}), ("calc__add", {"a": 1})]
     assert calls(f'[{{"name": "{T}", "arguments": {{}}}}, {{"name": "calc__add", "arguments": '
@@ -152,7 +161,7 @@ def test_any_rendered_call_comes_back_exactly(
     name = data.draw(st.sampled_from(names))
     found = printed_calls(render(form, name, args), set(names))
     assert found is not None
-    assert [(c.name, json.loads(c.arguments)) for c in found[0]] == [(name, args)]
+    assert [(c.name, json.loads(c.arguments)) for c in found] == [(name, args)]
 
 
 @settings(max_examples=300, deadline=None)
@@ -172,6 +181,65 @@ def test_json_that_names_no_offered_tool_is_an_answer(
 def test_prose_is_never_a_call(text: str) -> None:
     assume(not any(m in text for m in MARKERS))
     assert printed_calls(text, NAMES) is None
+
+
+FORGET = '<tool_call>\n{"name": "memory_forget", "arguments": {"query": "cat"}}\n</tool_call>'
+EXPLAINED = ("Qwen prints a tool call as a tagged JSON object, like this:\n\n```xml\n"
+             f"{FORGET}\n```\n\nThe runtime parses the block and runs the tool; you never "
+             "see it in a normal chat.")
+
+
+def test_a_call_shown_as_an_example_is_text() -> None:
+    """Issue 35 item 2: a model explaining the format must not delete the user's memory."""
+    names = {"memory_forget", "memory_recall", "memory_store"}
+    assert printed_calls(FORGET, names) is not None  # the reply that *is* the call runs
+    assert printed_calls(EXPLAINED, names) is None
+    assert printed_calls(f"Let me check.\n{FORGET}", names) is None  # prose before a call
+    assert printed_calls(f"{FORGET}\nDone.", names) is None
+
+
+@pytest.mark.parametrize(("text", "_form"), PRINTED)
+def test_a_printed_call_naming_no_offered_tool_is_text(text: str, _form: str) -> None:
+    assert printed_calls(text, {"time__convert_time", "calc__add"}) is None
+    assert printed_calls(text.replace(T, "shell__run"), NAMES | {"shell_run"}) is None
+
+
+PROSE = st.text(st.characters(categories=["L", "N", "Zs"]) | st.sampled_from(".,!?:;'\"-\n"),
+                max_size=60).filter(lambda t: any(c.isalnum() for c in t))
+OPT_PROSE = st.just("") | PROSE
+LANG = st.sampled_from(["", "json", "xml", "tool_call", "text"])
+THINK = st.just("") | st.just("<think>the user asked about formats</think>\n")
+
+
+def wrapped(call: str, how: str, before: str, after: str, lang: str) -> str:
+    """`call` with prose around it: before, after, or a fence with prose around the fence
+    or inside it beside the call (`before` is never empty, `after` may be)."""
+    return {
+        "before": f"{before}\n{call}{after}",
+        "after": f"{call}\n{before}{after}",
+        "fence": f"{before}\n```{lang}\n{call}\n```\n{after}",
+        "inside": f"```{lang}\n{before}\n{call}\n{after}\n```",
+    }[how]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from([t for t, _ in PRINTED]) | st.builds(render, st.sampled_from(FORMS),
+                                                             st.just(T), ARGS),
+       st.sampled_from(["before", "after", "fence", "inside"]), PROSE, OPT_PROSE, LANG, THINK)
+@example(FORGET, "fence", "Qwen prints a tool call like this:", "The runtime runs it.", "xml",
+         "").via("the issue's reply")
+def test_prose_around_a_printed_call_never_runs_a_tool(
+    call: str, how: str, before: str, after: str, lang: str, think: str
+) -> None:
+    names = sorted(NAMES | {"memory_forget"})
+    text = think + wrapped(call, how, before, after, lang)
+    reply = split_reasoning(text)[0]
+    assert printed_calls(reply, names) is None, text
+    tools = registry(*names)  # the agent's own repair step, with these tools offered
+    agent = Agent(model=None, sessions=None, tools=tools, persona=str)  # type: ignore[arg-type]
+    done = agent._recover(Completion(text=text, finish_reason="stop"), names, tools.schemas())
+    assert done.tool_calls == [] and done.finish_reason == "stop"
+    assert done.text == reply and before.strip() in reply and after.strip() in reply
 
 
 # ----------------------------------------------------------------------------- arguments
@@ -280,7 +348,10 @@ def test_streamed_prose_is_shown_as_it_comes(start: str, rest: str, cut: list[in
 @pytest.mark.parametrize(("text", "seen"), [
     ("<think>the user wants the time</think>It is 10:00.", "It is 10:00."),
     ("the user wants the time\n</think>\n\nIt is 10:00.", "\n\nIt is 10:00."),
-    ("Let me look.\n<tool_call>\n{...", "Let me look.\n"),
+    ("Let me look.\n<tool_call>\n{...", "Let me look.\n<tool_call>\n{..."),
+    ("Qwen prints:\n```xml\n<tool_call>{}</tool_call>\n```", "Qwen prints:\n```xml\n"
+     "<tool_call>{}</tool_call>\n```"),
+    ("hi <think>x</think> there", "hi "),
     ('{"name": "Tokyo", "population": 14000000}', '{"name": "Tokyo", "population": 14000000}'),
     ('{"city": "Oslo"}', '{"city": "Oslo"}'),
     ("```python\nprint(1)\n```", "```python\nprint(1)\n```"),
@@ -569,7 +640,7 @@ async def test_every_printed_format_runs_the_real_time_server(
     reaches it, its real result goes back to the model, the user reads only the answer."""
     from gantry import db
     from gantry.agent import Agent
-    from gantry.provider import Provider
+    from gantry.model.client import Provider
     from gantry.session import SessionStore
     from tests.fakes.mcp_servers import time_command, toml_server
     from tests.test_mcp_host import running

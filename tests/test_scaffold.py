@@ -170,7 +170,10 @@ def test_env_file_records_the_paths_init_wrote(tmp_path: Path) -> None:
     env = read_env_file(work / ".env")
     assert env["PERSONA_DIR"] == str(work / "persona")  # absolute: no working-directory games
     assert env["MCP_MANIFEST"] == str(work / "conf" / "mcp.toml")
-    assert "DATA_DIR" not in env  # the rest keep their defaults
+    # a local set-up keeps its database beside it, not in /data at the root
+    assert env["DATA_DIR"] == str(work / ".gantry-data")
+    assert not (work / ".gantry-data").exists()  # run creates it, init only records it
+    assert "CRON_TZ" not in env  # the rest keep their defaults
     assert os.stat(work / ".env").st_mode & 0o777 == 0o600
     env.update(LLM_BASE_URL="http://127.0.0.1:9/v1", LLM_API_KEY="k", LLM_MODEL="m",
                CHANNEL="stdio")
@@ -180,7 +183,31 @@ def test_env_file_records_the_paths_init_wrote(tmp_path: Path) -> None:
 
 
 def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in ("PERSONA_DIR", "MCP_MANIFEST")}
+    return {k: v for k, v in os.environ.items()
+            if k not in ("PERSONA_DIR", "MCP_MANIFEST", "DATA_DIR")}
+
+
+def test_init_records_the_data_dir_it_is_given_and_only_defaults_outside(tmp_path: Path) -> None:
+    """--data-dir, else $DATA_DIR; paths outside the working directory (/etc/gantry, as the
+    systemd unit sets its own DATA_DIR) leave DATA_DIR at its default."""
+    work = tmp_path / "work"
+    work.mkdir()
+    base = [sys.executable, "-m", "gantry", "init", "--persona-dir", "p", "--manifest", "m.toml"]
+    run = [(["--data-dir", "db", "--env-file", "a.env"], {}),
+           (["--env-file", "b.env"], {"DATA_DIR": str(tmp_path / "from-env")})]
+    for extra, env in run:
+        done = subprocess.run([*base, *extra], capture_output=True, text=True, timeout=60,
+                              cwd=work, env={**_clean_env(), **env})
+        assert done.returncode == 0, done.stderr
+    assert read_env_file(work / "a.env")["DATA_DIR"] == str(work / "db")
+    assert read_env_file(work / "b.env")["DATA_DIR"] == str(tmp_path / "from-env")
+    outside = subprocess.run(
+        [sys.executable, "-m", "gantry", "init", "--persona-dir", str(tmp_path / "etc" / "p"),
+         "--manifest", str(tmp_path / "etc" / "mcp.toml"), "--env-file", "c.env"],
+        capture_output=True, text=True, timeout=60, cwd=work, env=_clean_env())
+    assert outside.returncode == 0, outside.stderr
+    assert "DATA_DIR" not in read_env_file(work / "c.env")
+    assert "#DATA_DIR=/data" in (work / "c.env").read_text()
 
 
 def test_bare_init_names_the_default_paths_and_writes_nothing(tmp_path: Path) -> None:
@@ -209,9 +236,10 @@ def test_default_paths_flag_writes_the_defaults(
     """With --default-paths init goes ahead with /persona and /etc/gantry/mcp.toml."""
     from gantry.cli import main
 
-    seen: list[tuple[str, str, str]] = []
+    seen: list[tuple[object, ...]] = []
     monkeypatch.setattr(scaffold, "main", lambda *a: seen.append(a) or 0)
     monkeypatch.delenv("PERSONA_DIR", raising=False)
     monkeypatch.delenv("MCP_MANIFEST", raising=False)
+    monkeypatch.delenv("DATA_DIR", raising=False)
     assert main(["init", "--default-paths", "--env-file", str(tmp_path / ".env")]) == 0
-    assert seen == [("/persona", "/etc/gantry/mcp.toml", str(tmp_path / ".env"))]
+    assert seen == [("/persona", "/etc/gantry/mcp.toml", str(tmp_path / ".env"), None)]

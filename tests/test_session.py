@@ -8,20 +8,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gantry import db
-from gantry.session import (
-    SessionStore,
-    collapse_tool_results,
-    est_tokens,
-    msg_chars,
-    plan_trim,
-)
-from gantry.wire.openai import (
+from gantry.model.messages import (
     AssistantMessage,
     FunctionCall,
     Message,
     ToolCall,
     ToolMessage,
     UserMessage,
+)
+from gantry.session import (
+    SessionStore,
+    collapse_tool_results,
+    est_tokens,
+    msg_chars,
+    plan_trim,
 )
 
 text = st.text(alphabet="abc xyz\n", max_size=120)

@@ -10,15 +10,9 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gantry.wire.openai import (
-    Completion,
-    SSEEvent,
-    SSEParser,
-    StreamAssembler,
-    ToolCallAssembler,
-    ToolCallDelta,
-    decode_chunk,
-)
+from gantry.model.assemble import Completion, StreamAssembler, ToolCallAssembler
+from gantry.model.sse import SSEEvent, SSEParser
+from gantry.model.wire import ToolCallDelta, decode_chunk
 
 # ----------------------------------------------------------------------------- helpers
 

@@ -518,3 +518,34 @@ def test_login_in_llm_base_url_stops_boot_before_any_call(tmp_path: Path) -> Non
     assert "LLM_BASE_URL must not hold a user:password@" in g.stderr
     assert "HTTPS_PROXY" in g.stderr and "Traceback" not in g.stderr
     assert password not in g.stderr + g.stdout and "gantry:pr0xy" not in g.stderr
+
+
+# ----------------------------------------------------------------------------- printed calls
+
+FORGET_EXAMPLE = ('<tool_call>\n{"name": "memory_forget", "arguments": {"query": "Tama"}}\n'
+                  "</tool_call>")
+EXPLAINED = ("Qwen prints a tool call as a tagged JSON object, like this:\n\n```xml\n"
+             f"{FORGET_EXAMPLE}\n```\n\nThe runtime parses the block and runs the tool.")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+def test_a_tool_call_shown_as_an_example_runs_nothing(
+    spawn: Callable[..., Gantry], fake: FakeOpenAI, stream: bool
+) -> None:
+    """Issue 35 item 2: the model explains Qwen's format with a fenced memory_forget call;
+    the memory stays, no tool round happens, and the user reads the whole answer."""
+    g = spawn(STREAM_REPLIES=str(stream).lower(), CRON_ENABLED="false")
+    fake.push(ToolCalls([Call("memory_store", {"kind": "fact", "subject": "cat",
+                                               "content": "The user's cat is called Tama."},
+                              id="s1")]), Reply("Noted."))
+    g.ask("my cat is called Tama", "Noted.")
+    assert len(fake.requests) == 2
+    fake.push(Reply(EXPLAINED, chunk_size=5))
+    g.ask("what does Qwen's tool-call format look like?", EXPLAINED)
+    assert len(fake.requests) == 3  # no tool round: the example was an answer
+    assert g.stdout == f"Noted.\n{EXPLAINED}\n"
+    listed = subprocess.run([sys.executable, "-m", "gantry", "memory", "list"], env=g.env,
+                            cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert "The user's cat is called Tama." in listed.stdout, listed
+    assert not [r for r in g.logs() if "printed" in str(r.get("message"))], g.stderr
+    g.assert_clean()

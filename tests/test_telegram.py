@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gantry import db
-from gantry.channel import telegram
 from gantry.channel.base import Inbound
-from gantry.channel.telegram import FAILED_REPLY, TelegramChannel, parts_for
-from gantry.channel.telegram_store import (
+from gantry.channel.telegram import TelegramChannel, bot, delivery, poll, retry, worker
+from gantry.channel.telegram.delivery import parts_for
+from gantry.channel.telegram.format import utf16_len
+from gantry.channel.telegram.store import (
     MAX_ATTEMPTS,
     MAX_CRASHES,
     Accepted,
@@ -25,7 +27,7 @@ from gantry.channel.telegram_store import (
     TelegramStore,
     next_attempt,
 )
-from gantry.channel.tgformat import utf16_len
+from gantry.channel.telegram.worker import FAILED_REPLY
 from tests.fakes.telegram import FakeTelegram
 
 TOKEN = "123456789:AAE_fake-token-for-tests-only_xyz"
@@ -135,6 +137,26 @@ def test_store_counts_an_attempt_left_in_flight_as_a_crash(tmp_path: Path) -> No
     assert store.settle_crash(1) == (0, 0)
 
 
+def test_store_keeps_a_crash_pause_across_restarts(tmp_path: Path) -> None:
+    """Issue 35 #11: the pause before the next attempt ends at a stored time; a restart
+    during it (a new store on the same file) waits only for the rest, never longer than the
+    pause, and the pause after the next crash starts anew."""
+    path = tmp_path / "g.db"
+    store = TelegramStore(db.connect(path))
+    store.accept([Accepted(1, 7, 7, 1, "a")], 2)
+    assert 3.5 < store.pause_left(1, 4.0) <= 4.0
+    time.sleep(0.3)
+    again = TelegramStore(db.connect(path))  # the process restarted during the pause
+    assert 3.0 < again.pause_left(1, 4.0) <= 3.7
+    again.conn.execute("UPDATE telegram_update SET not_before = not_before - 10")
+    assert again.pause_left(1, 4.0) == 0.0  # over while the process was down
+    again.conn.execute("UPDATE telegram_update SET not_before = not_before + 1000")
+    assert again.pause_left(1, 4.0) == 4.0  # the clock went back: the pause is still bounded
+    again.begin_attempt(1)  # … and the process dies in it: a new pause, whole
+    again.settle_crash(1)
+    assert again.pause_left(1, 2.0) > 1.5
+
+
 def test_crash_policy_allows_more_crashes_than_failures_with_growing_pauses() -> None:
     """Crashes (maybe anyone's kill -9) get MAX_CRASHES tries with doubling pauses; ordinary
     failures (the update's own) get MAX_ATTEMPTS tries, at once."""
@@ -170,10 +192,10 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
     """Backoff measured in tens of milliseconds instead of seconds, and capped at half a
     second: a run of transient failures (uncounted, retried for as long as Telegram is down)
     would otherwise double the wait up to a minute within a dozen retries."""
-    monkeypatch.setattr(telegram, "BACKOFF_FIRST", 0.02)
-    monkeypatch.setattr(telegram, "WORKER_BACKOFF_CAP", 0.5)
-    monkeypatch.setattr(telegram, "CRASH_DELAY_FIRST", 0.02)
-    monkeypatch.setattr(telegram, "CRASH_DELAY_CAP", 0.1)
+    monkeypatch.setattr(retry, "BACKOFF_FIRST", 0.02)
+    monkeypatch.setattr(worker, "WORKER_BACKOFF_CAP", 0.5)
+    monkeypatch.setattr(worker, "CRASH_DELAY_FIRST", 0.02)
+    monkeypatch.setattr(worker, "CRASH_DELAY_CAP", 0.1)
 
 
 Respond = Callable[[Inbound, Any], Awaitable[str]]
@@ -261,7 +283,7 @@ async def test_command_menu_is_published_beside_polling_not_before(tmp_path: Pat
         assert [c.fault for c in calls] == ["server_error", "server_error", "slow"]
         assert tg.calls("getUpdates")[0].at < calls[-1].at + 4.0
         assert [c["command"] for c in calls[-1].params["commands"]] == [
-            "new", "status", "stop", "cancel", "help"]
+            "new", "status", "stop", "cancel", "decline", "help"]
         assert len(tg.calls("setMyCommands")) == 3
 
 
@@ -270,7 +292,7 @@ async def test_command_menu_given_up_after_bounded_tries(
     tmp_path: Path, quick: None, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with FakeTelegram(token=TOKEN) as tg:
-        tg.fail("setMyCommands", "server_error", times=telegram.MENU_ATTEMPTS + 5)
+        tg.fail("setMyCommands", "server_error", times=bot.MENU_ATTEMPTS + 5)
         tg.push_text(USER, "hi")
         async with running(tg, tmp_path / "g.db"):
             assert await tg.wait_sent(USER, 1, timeout=20) == ["echo: hi"]
@@ -278,7 +300,7 @@ async def test_command_menu_given_up_after_bounded_tries(
                                           for r in caplog.records) or None,
                               20, "the menu given up")
             await anyio.sleep(0.3)
-        assert len(tg.calls("setMyCommands")) == telegram.MENU_ATTEMPTS
+        assert len(tg.calls("setMyCommands")) == bot.MENU_ATTEMPTS
         warnings = [r for r in caplog.records if "menu not published" in r.getMessage()]
         assert len(warnings) == 1 and warnings[0].exc_info is None
         assert "TelegramServerError" in warnings[0].__dict__["error"]
@@ -411,7 +433,7 @@ async def test_slow_successful_send_is_not_cut_and_resent(
 ) -> None:
     """Outside shutdown no limit of ours cuts a delivery: a send Telegram completes slowly
     is sent once. (DELIVERY_GRACE shortened so the slow send outlasts it.)"""
-    monkeypatch.setattr(telegram, "DELIVERY_GRACE", 0.3)
+    monkeypatch.setattr(delivery, "DELIVERY_GRACE", 0.3)
     async with FakeTelegram(token=TOKEN) as tg:
         tg.fail("sendMessage", "slow", delay=1.0)
         tg.push_text(USER, "take your time")
@@ -426,7 +448,7 @@ async def test_slow_successful_send_is_not_cut_and_resent(
 async def test_shutdown_gives_a_delivery_in_flight_only_the_grace(
     tmp_path: Path, quick: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(telegram, "DELIVERY_GRACE", 0.5)
+    monkeypatch.setattr(delivery, "DELIVERY_GRACE", 0.5)
     async with FakeTelegram(token=TOKEN) as tg:
         tg.fail("sendMessage", "slow", delay=30)
         tg.push_text(USER, "slow one")
@@ -464,8 +486,8 @@ async def test_update_ids_restarting_lower_are_confirmed(tmp_path: Path, quick: 
 async def test_maps_stay_bounded_and_finished_updates_are_pruned_while_running(
     tmp_path: Path, quick: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(telegram, "STRANGERS_MAX", 5)
-    monkeypatch.setattr(telegram, "PRUNE_EVERY", 0.2)
+    monkeypatch.setattr(poll, "STRANGERS_MAX", 5)
+    monkeypatch.setattr(poll, "PRUNE_EVERY", 0.2)
     path = tmp_path / "g.db"
     store = TelegramStore(db.connect(path))
     store.accept([Accepted(1, USER, USER, 1, "a week ago", reply="old")], 2)
@@ -513,7 +535,7 @@ def test_any_telegram_faults_at_most_one_reply_and_nothing_left_pending(
     """For any sequence of injected Telegram faults: each allowlisted message gets at most
     one reply, every message ends answered, failed or undeliverable (nothing pending
     forever), and serve() never ends on its own. "poison" breaks the turn every time."""
-    monkeypatch.setattr(telegram, "DELIVERY_GRACE", 0.1)  # a slow send outlasts it
+    monkeypatch.setattr(delivery, "DELIVERY_GRACE", 0.1)  # a slow send outlasts it
 
     async def respond(msg: Inbound, stream: Any) -> str:
         if msg.text == "poison":
@@ -574,7 +596,7 @@ def test_session_sets_up_what_aiogram_does_with_gantrys_context_and_no_other() -
     api = TelegramAPIServer.from_base("http://127.0.0.1:9")
     ctx = ssl.create_default_context()
     stock = vars(AiohttpSession(api=api))
-    ours = vars(telegram._Session(ctx, api=api))
+    ours = vars(bot._Session(ctx, api=api))
     assert sorted(ours) == sorted(stock)
     for key, value in stock.items():
         if key == "middleware":
@@ -583,4 +605,4 @@ def test_session_sets_up_what_aiogram_does_with_gantrys_context_and_no_other() -
             assert ours[key] == {**value, "ssl": ctx}
         else:
             assert ours[key] == value, key
-    assert vars(telegram._Session(None, api=api))["_connector_init"]["ssl"] is not ctx
+    assert vars(bot._Session(None, api=api))["_connector_init"]["ssl"] is not ctx

@@ -19,12 +19,16 @@ import pytest
 from gantry import db
 from gantry.agent import Agent
 from gantry.channel.base import NOTHING_TO_STOP, STOPPED_REPLY, Inbound
-from gantry.provider import Provider
-from gantry.session import STOPPED_ANSWER, SessionStore
-from gantry.tools import Registry, Tool, mcp_source
+from gantry.mcp.host import Host
+from gantry.mcp.manifest import parse
+from gantry.model.client import Provider
+from gantry.session import CANCELLED_RESULT, STOPPED_ANSWER, SessionStore
+from gantry.tools import Registry, Tool
 from gantry.turns import Turns
+from tests.fakes.mcp_servers import python_fixture_toml
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
 from tests.fakes.telegram import FakeTelegram
+from tests.test_mcp_host import BASE_ENV, BOOT
 from tests.test_telegram import TOKEN, USER, quick, running, settle, states  # noqa: F401
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("quick")]  # quick backoff
@@ -59,15 +63,20 @@ async def released(gate: anyio.Event) -> AsyncIterator[None]:
 
 
 @contextlib.asynccontextmanager
-async def stack(tmp_path: Path, **kw: Any) -> AsyncIterator[tuple[FakeTelegram, FakeOpenAI,
-                                                                  Any, Work, SessionStore]]:
-    """Bot API and model fakes, and the channel serving a real agent through Turns."""
+async def stack(tmp_path: Path, *, manifest: str = "", **kw: Any) -> AsyncIterator[
+        tuple[FakeTelegram, FakeOpenAI, Any, Work, SessionStore]]:
+    """Bot API and model fakes, and the channel serving a real agent through Turns. The
+    agent has `work` (a built-in tool) and, given a `manifest`, its MCP servers' tools."""
     conn = db.connect(tmp_path / "g.db")
     sessions = SessionStore(conn)
     work = Work()
     registry = Registry()
-    registry.register(Tool("t__work", "does work", {"type": "object"}, work, mcp_source("t")))
-    async with FakeTelegram(token=TOKEN) as tg, FakeOpenAI() as llm:
+    registry.register(Tool("work", "does work", {"type": "object"}, work))
+    async with FakeTelegram(token=TOKEN) as tg, FakeOpenAI() as llm, \
+            anyio.create_task_group() as servers:
+        if manifest:
+            with anyio.fail_after(BOOT):
+                await Host(parse(manifest, BASE_ENV), registry, BASE_ENV).start(servers)
         provider = Provider(llm.base_url, "sk-test-123456", "fake-model")
         try:
             agent = Agent(model=provider, sessions=sessions, tools=registry,
@@ -77,6 +86,7 @@ async def stack(tmp_path: Path, **kw: Any) -> AsyncIterator[tuple[FakeTelegram, 
                 yield tg, llm, ch, work, sessions
         finally:
             await provider.aclose()
+            servers.cancel_scope.cancel()
 
 
 def shape(history: list[Any]) -> list[tuple[str, str | None]]:
@@ -120,16 +130,16 @@ async def test_stop_cuts_a_slow_model_call_and_the_next_message_is_answered(
         "system", "user", "assistant", "user"]
 
 
-async def test_stop_during_a_tool_call_lets_it_finish_and_runs_nothing_after(
+async def test_stop_during_a_builtin_tool_call_lets_it_finish_and_runs_nothing_after(
     tmp_path: Path
 ) -> None:
-    """The tool call (it may have side effects) is not cut: it finishes and its result is
-    recorded, then the turn ends before the next model call. The stop is on record the
-    moment it arrives: the message is replied "stopped" even while the call still runs,
-    so a crash there would not run the turn again."""
+    """A built-in tool's call (local, short, it may have side effects) is not cut: it
+    finishes and its result is recorded, then the turn ends before the next model call. The
+    stop is on record the moment it arrives: the message is replied "stopped" even while the
+    call still runs, so a crash there would not run the turn again."""
     with anyio.fail_after(BOUND):
         async with stack(tmp_path) as (tg, llm, ch, work, sessions), released(work.release):
-            llm.push(ToolCalls([Call("t__work", {}, id="call_w")]), Reply("never asked"))
+            llm.push(ToolCalls([Call("work", {}, id="call_w")]), Reply("never asked"))
             tg.push_text(USER, "do the work")
             await work.started.wait()
             tg.push_text(USER, "/cancel")
@@ -147,6 +157,34 @@ async def test_stop_during_a_tool_call_lets_it_finish_and_runs_nothing_after(
     _ids, history = sessions.load(f"telegram:{USER}")
     assert shape(history) == [
         ("user", "do the work"), ("assistant", None), ("tool", "work done"),
+        ("assistant", STOPPED_ANSWER)]
+
+
+async def test_stop_during_an_mcp_tool_call_cancels_it_at_once(tmp_path: Path) -> None:
+    """Issue 35 #10: /stop while a real MCP server's 30 s call runs: "Stopped." comes within
+    seconds, the server is sent notifications/cancelled (the fixture's `slow` writes it
+    down), nothing runs after it, and the call is recorded as cancelled."""
+    marks = tmp_path / "slow.txt"
+    with anyio.fail_after(BOOT + BOUND):
+        async with stack(tmp_path, manifest=python_fixture_toml("fx")) as (
+                tg, llm, ch, _work, sessions):
+            llm.push(ToolCalls([Call("fx__slow", {"path": str(marks), "seconds": 30},
+                                     id="call_s")]), Reply("never asked"))
+            tg.push_text(USER, "do the slow work")
+            await tg.wait_for(lambda: marks.exists() or None, BOUND, "the call started")
+            t0 = time.monotonic()
+            tg.push_text(USER, "/stop")
+            assert await tg.wait_sent(USER, 1, timeout=5.0) == [STOPPED_REPLY]
+            print(f"\n/stop during an MCP call → '{STOPPED_REPLY}' in "
+                  f"{(time.monotonic() - t0) * 1000:.0f} ms (the call would take 30 s)")
+            await tg.wait_for(lambda: "cancelled" in marks.read_text() or None, 5.0,
+                              "notifications/cancelled at the server")
+            await settle(tg, ch, ["do the slow work", "/stop"])
+    assert marks.read_text().split() == ["started", "cancelled"]
+    assert len(llm.requests) == 1 and llm.pending == 1  # no model call after the tool
+    _ids, history = sessions.load(f"telegram:{USER}")
+    assert shape(history) == [
+        ("user", "do the slow work"), ("assistant", None), ("tool", CANCELLED_RESULT),
         ("assistant", STOPPED_ANSWER)]
 
 

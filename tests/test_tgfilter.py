@@ -14,7 +14,7 @@ from aiogram.types import Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gantry.channel.tgfilter import LogOnce, addressed
+from gantry.channel.telegram.filter import LogOnce, addressed
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
 from tests.fakes.telegram import FakeTelegram
 from tests.test_telegram_e2e import STRANGER, USER, fakes, run, wait  # noqa: F401

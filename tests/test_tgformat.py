@@ -14,17 +14,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gantry.channel import tgformat
-from gantry.channel.tgformat import (
+from gantry.channel.telegram import format as tgformat
+from gantry.channel.telegram.format import (
     TELEGRAM_LIMIT,
     Entity,
     Rendered,
     render_markdown,
-    split_message,
-    split_text,
     to_aiogram,
     utf16_len,
 )
+from gantry.channel.telegram.split import split_message, split_text
 
 # --- strategies ------------------------------------------------------------------------
 

@@ -11,7 +11,10 @@ from aiogram.exceptions import TelegramNetworkError
 
 from gantry import db
 from gantry.channel.telegram import TelegramChannel
-from gantry.provider import Provider, ProviderError, RetryPolicy
+from gantry.model.client import Provider
+from gantry.model.errors import ProviderError
+from gantry.model.messages import UserMessage
+from gantry.model.retry import RetryPolicy
 from gantry.tls import (
     NOT_TLS_HINT,
     UNTRUSTED_HINT,
@@ -20,7 +23,6 @@ from gantry.tls import (
     ca_source,
     handshake_hint,
 )
-from gantry.wire.openai import UserMessage
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.pki import PKI
 from tests.fakes.telegram import FakeTelegram

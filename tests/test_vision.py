@@ -1,4 +1,4 @@
-"""Images after their turn, and a model without vision (issue 28): gantry.vision and the agent
+"""Images after their turn, and a model without vision (issue 28): gantry.model.vision and the agent
 against the fake OpenAI server refusing image parts as real text-only endpoints do."""
 
 from __future__ import annotations
@@ -11,11 +11,9 @@ import pytest
 from gantry import db
 from gantry.agent import Agent
 from gantry.channel.base import Inbound
-from gantry.prompt import assemble
-from gantry.provider import Provider
-from gantry.session import SessionStore
-from gantry.tools import Registry
-from gantry.vision import (
+from gantry.model.client import Provider
+from gantry.model.messages import AssistantMessage, ImagePart, ImageURL, UserMessage, user_content
+from gantry.model.vision import (
     EARLIER,
     NO_VISION_NOTICE,
     NOT_SHOWN,
@@ -23,7 +21,9 @@ from gantry.vision import (
     describe,
     rejects_images,
 )
-from gantry.wire.openai import AssistantMessage, ImagePart, ImageURL, UserMessage, user_content
+from gantry.prompt import assemble
+from gantry.session import SessionStore
+from gantry.tools import Registry
 from tests.fakes.openai import NO_VISION, FakeOpenAI, has_image
 
 PIXEL = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4

@@ -134,7 +134,7 @@ class Rec:
         return chat_id != "group"
 
     async def push(self, chat_id: str, text: str, sent: int = 0,
-                   progress: Progress | None = None) -> None:
+                   progress: Progress | None = None, origin: str = "scheduled") -> None:
         self.pushes.append((chat_id, text))
         if progress is not None:
             progress(1, 1)

@@ -7,24 +7,24 @@ import json
 import msgspec
 import pytest
 
-from gantry.wire.openai import (
+from gantry.model.assemble import Completion, StreamAssembler, completion_from_response
+from gantry.model.messages import (
     AssistantMessage,
-    ChatRequest,
-    Completion,
     FunctionCall,
     FunctionDef,
-    StreamAssembler,
-    StreamOptions,
     SystemMessage,
     ToolCall,
     ToolDef,
     ToolMessage,
     UserMessage,
-    completion_from_response,
-    decode_chunk,
     decode_messages,
-    decode_response,
     encode,
+)
+from gantry.model.wire import (
+    ChatRequest,
+    StreamOptions,
+    decode_chunk,
+    decode_response,
     encode_request,
 )
 

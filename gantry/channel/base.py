@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 import msgspec
 
-from gantry.wire.openai import ImagePart
+from gantry.model.messages import ImagePart
 
 Progress = Callable[[int, int], None]
 
@@ -23,6 +23,7 @@ STOP_COMMANDS = frozenset({"/stop", "/cancel"})
 """The commands a channel handles itself, out of band: they stop the chat's running turn."""
 STOPPED_REPLY = "Stopped."
 NOTHING_TO_STOP = "Nothing to stop: no reply is being written."
+NOTHING_TO_DECLINE = "Nothing to decline: no MCP server is asking a question."
 _COMMAND = re.compile(r"/[A-Za-z][A-Za-z0-9_]{0,31}(?:@[A-Za-z0-9_]+)?")
 
 
@@ -62,6 +63,8 @@ def unknown_command(text: str) -> str | None:
     command = words[0].split("@", 1)[0].lower()
     if command in COMMANDS:
         return None
+    if command == "/decline":  # a question's answer (gantry/elicit.py); none is open
+        return NOTHING_TO_DECLINE
     return f"Unknown command {command}. /help lists the commands."
 
 
@@ -146,9 +149,11 @@ class Channel(Protocol):
         ...
 
     async def push(
-        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None
+        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None,
+        origin: str = "scheduled",
     ) -> None:
-        """Unsolicited message to a chat (cron); must respect the channel's allowlist.
+        """Unsolicited message to a chat (cron, a watch); must respect the channel's allowlist.
+        `origin` says what sent it, for a channel that marks pushes (the REPL's `[watch …]`).
 
         A long text goes out in parts: parts before `sent` were delivered already (resume
         after a restart), and `progress(done, total)` is called after each part so the

@@ -307,7 +307,7 @@ class Ticker:
 
     async def push_retrying(
         self, chat: str, text: str, sent: Callable[[], int], progress: Progress | None,
-        done: Callable[[], bool], job_id: int,
+        done: Callable[[], bool], job_id: int, origin: str = "scheduled",
     ) -> str | None:
         """Push with backoff until `done()`; None when out, else why it was given up (a
         refused chat at once, anything else after DELIVERY_ATTEMPTS tries). Each try starts
@@ -318,7 +318,7 @@ class Ticker:
             try:
                 with anyio.CancelScope(shield=True) as grace:
                     grace.deadline = anyio.current_time() + DELIVERY_GRACE
-                    await self.push(chat, text, sent=sent(), progress=progress)
+                    await self.push(chat, text, sent=sent(), progress=progress, origin=origin)
                 if done():
                     return None
             except PermissionError as exc:

@@ -2,5 +2,6 @@
 tool routing for big catalogs.
 
 Importing this package is free: `mcp` (the SDK, ~0.7 s and tens of MB) is imported only by
-`gantry.mcp.host` and `gantry.mcp.child`, and only when the manifest lists servers.
+the host's modules (host.py and the server parts it composes) and the transports, and only
+when the manifest lists servers.
 """

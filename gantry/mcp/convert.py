@@ -9,11 +9,22 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 Keep = Callable[[str, str, str], str | None]
 """Keeps a binary block's base64 bytes (mime, name) for sending later; returns its id
 (gantry.outbox.Outbox.keep), or None when it was not kept."""
+
+
+@dataclass
+class CallResult:
+    """A tools/call outcome as text for the model; `error` when the tool or server failed."""
+
+    text: str
+    error: bool = False
+    structured: Any = None  # the result's structuredContent (watches read items from it)
+
 
 MAX_NAME = 64
 SEP = "__"

@@ -5,13 +5,17 @@ A server's request carries no link to the tools/call it serves (not on stdio), s
 server keeps its calls in flight with their turns' callers: when they all belong to one
 person, that person is asked; otherwise (two people's calls at once, or none) the request is
 declined at once rather than shown to someone it may not be meant for.
+
+A call's server may ask MAX_QUESTIONS questions during it; more are declined without asking,
+so a server that re-asks cannot hold the user (nor, with gantry/mcp/deadline.py, the call).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +26,9 @@ from gantry.elicit import Caller, Dialog
 from gantry.mcp.deadline import Deadline, held
 
 log = logging.getLogger("gantry.mcp")
+
+MAX_QUESTIONS = 3  # elicitation requests relayed to the user during one tools/call
+CUT = "The tool call reached its time limit: the question is closed."
 
 
 @dataclass
@@ -77,20 +84,21 @@ class Elicitor:
             log.info("elicitation declined: nobody can answer", extra={"server": server,
                                                                        "why": why})
             return ElicitResult(action="decline")
+        if any(d.questions >= MAX_QUESTIONS for d in deadlines):
+            log.warning("elicitation declined: the call asked its questions already",
+                        extra={"server": server, "limit": MAX_QUESTIONS})
+            return ElicitResult(action="decline")
+        for d in deadlines:
+            d.questions += 1
         log.info("elicitation relayed to the user",
                  extra={"server": server, "channel": caller.channel, "chat_id": caller.chat_id,
                         "mode": getattr(params, "mode", "form")})
         lock = self._chats.setdefault((caller.channel, caller.chat_id), anyio.Lock())
+        ceiling = min((d.ceiling for d in deadlines), default=math.inf)
         try:
-            with held(deadlines):  # the user's answering time is not the server being slow
-                async with lock:
-                    if isinstance(params, ElicitRequestURLParams):
-                        outcome = await elicit.converse_url(
-                            dialog, caller, server, params.message, params.url, self.timeout)
-                    else:
-                        outcome = await elicit.converse_form(
-                            dialog, caller, server, params.message, params.requested_schema,
-                            self.timeout)
+            with held(deadlines) as hold:  # the user's answering time is not the server's
+                outcome = await self._converse(dialog, caller, server, params, lock, ceiling)
+                hold.answered = outcome.answered
         except Exception as exc:  # the channel failed to ask (Telegram down): nobody answered
             log.warning("elicitation failed; cancelled", extra={
                 "server": server, "error": f"{type(exc).__name__}: {exc}"[:300]})
@@ -99,3 +107,43 @@ class Elicitor:
         if outcome.action != "accept" or isinstance(params, ElicitRequestURLParams):
             return ElicitResult(action=outcome.action)
         return ElicitResult(action="accept", content=dict(outcome.content or {}))
+
+    async def _converse(self, dialog: Dialog, caller: Caller, server: str, params: Any,
+                        lock: anyio.Lock, ceiling: float) -> elicit.Outcome:
+        """The conversation, closed (as cancelled) when its calls reach their ceiling."""
+        from mcp_types import ElicitRequestURLParams
+
+        with anyio.move_on_at(ceiling) as cut:
+            async with lock:
+                if isinstance(params, ElicitRequestURLParams):
+                    return await elicit.converse_url(
+                        dialog, caller, server, params.message, params.url, self.timeout)
+                return await elicit.converse_form(
+                    dialog, caller, server, params.message, params.requested_schema,
+                    self.timeout)
+        assert cut.cancelled_caught
+        await dialog.tell(caller, CUT)
+        return elicit.Outcome("cancel", answered=False)
+
+
+class Asking:
+    """One server's elicitation plumbing: its calls in flight, and its session's callback."""
+
+    def __init__(self, server: str, elicitor: Elicitor | None) -> None:
+        self.server = server
+        self.elicitor = elicitor  # None: the elicitation capability is not declared
+        self.inflight = InFlight()
+
+    def callback(self) -> Any:
+        """The ClientSession's elicitation_callback (the SDK's ElicitationFnT); None declares
+        no elicitation capability."""
+        return self._on_elicit if self.elicitor is not None else None
+
+    async def _on_elicit(self, context: Any, params: Any) -> Any:
+        """A server's elicitation/create: asked of the user of the turn whose call it serves."""
+        assert self.elicitor is not None
+        return await self.elicitor.answer(self.server, self.inflight, params)
+
+    def running(self, deadline: Deadline) -> AbstractContextManager[None]:
+        """A call in flight on the server, with the turn that made it (its user is asked)."""
+        return self.inflight.running(elicit.TURN.get(), deadline)

@@ -1,19 +1,18 @@
-"""What the supervisor (host.py) holds of a server while it is connected: a child over stdio
-or a remote server over HTTP, behind one small interface, so one supervision loop (backoff,
-breaker, ping on a suspected hang, re-listing tools) serves both.
+"""What the supervisor (supervise.py) holds of a server while it is connected: a child over
+stdio or a remote server over HTTP, behind one small interface, so one supervision loop
+(backoff, breaker, ping on a suspected hang, re-listing tools) serves both. The two implement
+it (child.py, remote.py); supervise.py's open_link picks one.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import anyio
-
-from gantry.mcp.manifest import ServerSpec
 
 
 class Link(Protocol):
@@ -58,26 +57,3 @@ def delivery() -> Iterator[Ticket]:
         yield ticket
     finally:
         TICKET.reset(token)
-
-
-# The hook through which a remote server's requests get authenticated: given the spec, an
-# `httpx2.Auth` for its HTTP client, or None. Host(auth=...) takes one; nothing else calls it.
-AuthHook = Callable[[ServerSpec], Any]
-
-
-@asynccontextmanager
-async def open_link(
-    spec: ServerSpec, environ: Mapping[str, str], warned: set[str], auth: Any = None
-) -> AsyncIterator[tuple[Link, Any, Any]]:
-    """Connect to `spec` and yield (link, read stream, write stream) for a ClientSession.
-    `auth`: an httpx2.Auth for a remote server (see AuthHook), ignored for a child."""
-    if spec.remote:
-        from gantry.mcp.remote import open_remote
-
-        async with open_remote(spec, environ, auth) as remote:
-            yield remote
-    else:
-        from gantry.mcp.child import open_child
-
-        async with open_child(spec, environ, warned) as child:
-            yield child

@@ -15,8 +15,8 @@ import anyio
 async def _collect(specs: Any, environ: Mapping[str, str]) -> list[Any]:
     import os
 
+    from gantry.mcp.auth import oauth_hook
     from gantry.mcp.host import Host, ServerStartError
-    from gantry.mcp.tokens import oauth_hook
     from gantry.tools import Registry
 
     data_dir = environ.get("DATA_DIR", "").strip() or "/data"

@@ -149,9 +149,9 @@ def _explain(exc: BaseException, spec: Any) -> str:
     """One sentence for a failed login, from the SDK's exception (tokens never in it)."""
     from mcp.client.auth import OAuthFlowError, OAuthRegistrationError
 
-    from gantry.mcp.host import _cause
+    from gantry.mcp.trouble import cause
 
-    exc = _cause(exc)
+    exc = cause(exc)
     if isinstance(exc, LoginError):
         return str(exc)
     if isinstance(exc, OAuthRegistrationError):

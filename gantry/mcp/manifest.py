@@ -3,8 +3,9 @@
 A server is a child started over stdio (`command`) or a remote one reached over Streamable
 HTTP or legacy SSE (`url`). Every problem is collected and reported at once, each naming the
 server and the key, so one boot attempt tells the operator everything that is wrong. Header
-values are secrets: a spec's repr hides them, and `secrets()` hands them to the log redactor.
-Nothing here imports `mcp` or `httpx`.
+values, and every value a `${VAR}` put anywhere in a spec (a hosted server's key in its URL
+path, a token in an argument), are secrets: a spec's repr and `where` hide them, and
+`secrets()` hands them to the log redactor. Nothing here imports `mcp` or `httpx`.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ class ServerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     client_secret: str | None = None
     scopes: list[str] | None = None
     redirect_uri: str | None = None
+    # What `${VAR}`s were replaced with (set by `parse`, never read from the manifest).
+    expanded: tuple[str, ...] = ()
 
     @property
     def remote(self) -> bool:
@@ -73,10 +76,17 @@ class ServerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
 
     @property
     def where(self) -> str:
-        """What the server is, for messages: its command, or its URL without query or login."""
+        """What the server is, for messages: its command, or its URL without query or login;
+        what a `${VAR}` put there hidden."""
         if self.url is None:
-            return self.command or ""
-        return shown_url(self.url)
+            return self.hide(self.command or "")
+        return self.hide(shown_url(self.url))
+
+    def hide(self, text: str) -> str:
+        """`text` with every value a `${VAR}` put in this spec replaced by HIDDEN."""
+        for value in sorted(self.expanded, key=len, reverse=True):
+            text = text.replace(value, HIDDEN)
+        return text
 
     def __repr__(self) -> str:
         headers = {k: HIDDEN for k in self.headers}
@@ -86,8 +96,10 @@ class ServerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
                     f"required={self.required!r}, timeout_seconds={self.timeout_seconds!r}"
                     f"{self._auth_repr()})")
         env = {k: HIDDEN for k in self.env}
-        return (f"ServerSpec(name={self.name!r}, command={self.command!r}, args={self.args!r}, "
-                f"env={env!r}, cwd={self.cwd!r}, required={self.required!r}, "
+        args = [self.hide(a) for a in self.args]
+        cwd = self.hide(self.cwd) if self.cwd is not None else None
+        return (f"ServerSpec(name={self.name!r}, command={self.where!r}, args={args!r}, "
+                f"env={env!r}, cwd={cwd!r}, required={self.required!r}, "
                 f"timeout_seconds={self.timeout_seconds!r})")
 
     __str__ = __repr__
@@ -115,10 +127,11 @@ def shown_url(url: str) -> str:
 
 
 def secrets(specs: list[ServerSpec]) -> list[str]:
-    """Every value the log redactor must hide: header values, an OAuth client_secret, and the
-    URL's login and query."""
+    """Every value the log redactor must hide: header values, an OAuth client_secret, the
+    URL's login and query, and whatever a `${VAR}` put anywhere in the spec."""
     out: list[str] = []
     for spec in specs:
+        out += spec.expanded
         out += [v for v in spec.headers.values() if v]
         if spec.client_secret:
             out.append(spec.client_secret)
@@ -149,8 +162,10 @@ class ManifestError(Exception):
         super().__init__("\n".join(lines))
 
 
-def expand(value: str, environ: Mapping[str, str], missing: set[str]) -> str:
-    """Replace each `${VAR}` with gantry's environment value; unset names go to `missing`.
+def expand(value: str, environ: Mapping[str, str], missing: set[str],
+           used: list[str] | None = None) -> str:
+    """Replace each `${VAR}` with gantry's environment value; unset names go to `missing`,
+    the values put in to `used` (they are secrets).
 
     Explicit on purpose: nothing reaches a child unless the manifest names it.
     """
@@ -160,6 +175,8 @@ def expand(value: str, environ: Mapping[str, str], missing: set[str]) -> str:
         if name not in environ:
             missing.add(name)
             return ""
+        if used is not None and environ[name]:
+            used.append(environ[name])
         return environ[name]
 
     return _VAR.sub(sub, value)
@@ -229,6 +246,7 @@ def parse(text: str, environ: Mapping[str, str], path: str = "mcp.toml") -> list
             continue
         # Unknown keys are reported, and the rest is checked as if they were not there: a
         # misspelt `comand` also means the server has no command, and both are said.
+        # (`expanded` is a field gantry fills in: a manifest naming it is told it is unknown.)
         problems += [_unknown_key(where, str(k)) for k in raw if k not in ALLOWED]
         raw = {k: v for k, v in raw.items() if k in ALLOWED}
         try:
@@ -292,7 +310,8 @@ def _check_remote(spec: ServerSpec, where: str, environ: Mapping[str, str]) -> l
         elif key.lower() in _TRANSPORT_HEADERS:
             problems.append(f"{where}: headers: {key!r} is set by the MCP transport itself")
     missing: set[str] = set()
-    url = expand(spec.url, environ, missing)
+    used: list[str] = []
+    url = expand(spec.url, environ, missing, used)
     headers = {k: expand(v, environ, missing) for k, v in spec.headers.items()}
     for name in sorted(missing):
         problems.append(f"{where}: ${{{name}}} is used but not set in gantry's environment")
@@ -300,7 +319,8 @@ def _check_remote(spec: ServerSpec, where: str, environ: Mapping[str, str]) -> l
         if any(c in value for c in "\r\n\0"):
             problems.append(f"{where}: headers: the value of {key!r} contains a line break "
                             "or NUL")
-    problems += [f"{where}: url: {p}" for p in url_problems(url, spec.allow_http)]
+    hidden = msgspec.structs.replace(spec, expanded=tuple(used))
+    problems += [f"{where}: url: {hidden.hide(p)}" for p in url_problems(url, spec.allow_http)]
     return problems + _check_oauth(spec, where, environ)
 
 
@@ -351,8 +371,8 @@ def _check_stdio(spec: ServerSpec, where: str, environ: Mapping[str, str]) -> li
     if not command.strip():
         problems.append(f"{where}: command is empty")
     elif not missing and _resolve_command(command, environ.get("PATH")) is None:
-        problems.append(
-            f"{where}: command {command!r} is neither an executable path nor found on PATH"
+        problems.append(  # the command as written: what a ${VAR} put there is a secret
+            f"{where}: command {spec.command!r} is neither an executable path nor found on PATH"
         )
     if spec.cwd is not None and not missing and not os.path.isdir(expand(spec.cwd, environ, set())):
         problems.append(f"{where}: cwd {spec.cwd!r} is not a directory")
@@ -402,23 +422,26 @@ def _check_oauth(spec: ServerSpec, where: str, environ: Mapping[str, str]) -> li
 
 def _expanded(spec: ServerSpec, environ: Mapping[str, str]) -> ServerSpec:
     unused: set[str] = set()
+    used: list[str] = []
 
     def x(value: str) -> str:
-        return expand(value, environ, unused)
+        return expand(value, environ, unused, used)
 
     if spec.url is not None:
-        return msgspec.structs.replace(
+        out = msgspec.structs.replace(
             spec, url=x(spec.url), headers={k: x(v) for k, v in spec.headers.items()},
             client_secret=x(spec.client_secret) if spec.client_secret is not None else None)
-    assert spec.command is not None
-    command = x(spec.command)
-    return msgspec.structs.replace(
-        spec,
-        command=_resolve_command(command, environ.get("PATH")) or command,
-        args=[x(a) for a in spec.args],
-        env={k: x(v) for k, v in spec.env.items()},
-        cwd=x(spec.cwd) if spec.cwd is not None else None,
-    )
+    else:
+        assert spec.command is not None
+        command = x(spec.command)
+        out = msgspec.structs.replace(
+            spec,
+            command=_resolve_command(command, environ.get("PATH")) or command,
+            args=[x(a) for a in spec.args],
+            env={k: x(v) for k, v in spec.env.items()},
+            cwd=x(spec.cwd) if spec.cwd is not None else None,
+        )
+    return msgspec.structs.replace(out, expanded=tuple(dict.fromkeys(used)))
 
 
 def load(path: str, environ: Mapping[str, str]) -> list[ServerSpec]:

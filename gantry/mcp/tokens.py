@@ -175,17 +175,6 @@ class _Closing:
         self.conn.close()
 
 
-def oauth_hook(specs: Any, db_path: str | os.PathLike[str], *, read_only: bool = False) -> Any:
-    """The `Host(auth=...)` hook for the manifest's OAuth servers, or None when it has none
-    (then the SDK's client auth is never imported). A missing database is read as empty."""
-    if not any(getattr(s, "auth", None) == "oauth" for s in specs):
-        return None
-    from gantry.mcp.oauth import OAuthHook
-
-    path = os.fspath(db_path)
-    return OAuthHook(TokenStore(path, read_only=read_only or not os.path.exists(path)))
-
-
 def login_check(spec: Any, db_path: str | os.PathLike[str], now: float) -> tuple[bool, str] | None:
     """`gantry check`'s verdict on an OAuth server's stored login before probing it:
     (passed, detail), or None to go on and probe with the stored access token. An expired one

@@ -4,10 +4,7 @@ One path for every channel: Telegram's poller and the REPL's `/attach` both desc
 was sent as `Media` items and hand them, with a `Fetch` that puts one item's bytes on disk,
 to `MediaReader.read` (gantry.media.build). Images become content parts; text, PDFs and
 transcribed voice become text; anything else is kept under DATA_DIR and described.
+
+This file imports nothing, so `gantry _pdf-text` (the PDF reader's child process,
+gantry.media.pdf) loads pypdf and not the rest: import from the modules themselves.
 """
-
-from gantry.media.build import Built, Fetch, MediaReader
-from gantry.media.files import MediaError, TooLarge
-from gantry.media.kinds import Media
-
-__all__ = ["Built", "Fetch", "Media", "MediaError", "MediaReader", "TooLarge"]

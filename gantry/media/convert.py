@@ -1,16 +1,14 @@
-"""A downloaded file → what the model reads: an image part, a fenced text block, the text of
-a PDF, or a description of a file kept on disk. Pure apart from reading the file."""
+"""A downloaded file → what the model reads: an image part, a fenced text block, or a
+description of a file kept on disk (a PDF's text: gantry.media.pdf). Pure apart from reading
+the file."""
 
 from __future__ import annotations
 
 import base64
-import logging
 from pathlib import Path
 
 from gantry.media.kinds import Media, human_size
-from gantry.wire.openai import ImagePart, ImageURL
-
-log = logging.getLogger("gantry.media")
+from gantry.model.messages import ImagePart, ImageURL
 
 TEXT_MAX_CHARS = 50_000  # a document's text inlined into the turn, at most
 IMAGE_MAX_BYTES = 5_000_000  # larger images are kept as files (most vision APIs refuse more)
@@ -76,6 +74,11 @@ def read_text(path: Path, max_chars: int = TEXT_MAX_CHARS) -> tuple[str, bool] |
     return text, cut
 
 
+def cut_note(kept: int) -> str:
+    """The line after a text cut to its cap (a document's, a transcript's)."""
+    return f"\n[… cut at {kept:,} characters]"
+
+
 def fenced(name: str, text: str, cut: bool, note: str = "") -> str:
     """A document's text as a fenced block headed by its name; the fence is longer than any
     run of backticks inside, so the text cannot close it."""
@@ -84,45 +87,9 @@ def fenced(name: str, text: str, cut: bool, note: str = "") -> str:
         run = run + 1 if ch == "`" else 0
         longest = max(longest, run)
     fence = "`" * max(3, longest + 1)
-    tail = f"\n[… cut at {len(text):,} characters]" if cut else ""
+    tail = cut_note(len(text)) if cut else ""
     head = f"[document: {name}{note}]"
     return f"{head}\n{fence}\n{text.rstrip()}\n{fence}{tail}"
-
-
-class PdfUnreadable(ValueError):
-    """A PDF whose text cannot be had; the message says why, for the file's description."""
-
-
-def pdf_text(path: Path, max_chars: int = TEXT_MAX_CHARS) -> tuple[str, bool, int]:
-    """(text, cut, pages) of a PDF through pypdf, page by page until the cap. Raises
-    PdfUnreadable for a PDF pypdf cannot open or that is encrypted with a password."""
-    from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
-
-    out: list[str] = []
-    try:
-        with open(path, "rb") as src:  # read as needed, not loaded whole (pypdf does, given a path)
-            reader = PdfReader(src)
-            if reader.is_encrypted and not reader.decrypt(""):
-                raise PdfUnreadable("the PDF is protected by a password")
-            pages = len(reader.pages)
-            size = 0
-            for page in reader.pages:
-                text = page.extract_text() or ""
-                out.append(text)
-                size += len(text) + 2
-                if size > max_chars:
-                    break
-    except PdfUnreadable:
-        raise
-    except PdfReadError as exc:
-        raise PdfUnreadable(f"pypdf could not read it ({type(exc).__name__})") from None
-    except Exception as exc:  # a damaged file fails in many ways; AES without its library
-        log.info("pypdf failed on a PDF", extra={"error": f"{type(exc).__name__}: {exc}"[:300]})
-        raise PdfUnreadable(f"pypdf could not read it ({type(exc).__name__})") from None
-    joined = "\n\n".join(t.strip() for t in out if t.strip())
-    cut = len(joined) > max_chars
-    return joined[:max_chars], cut, pages
 
 
 def describe_kept(item: Media, path: Path, size: int, why: str = "") -> str:

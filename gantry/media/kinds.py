@@ -56,3 +56,11 @@ def duration_text(seconds: int | None) -> str:
     if seconds is None:
         return ""
     return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def sound_noun(kind: str, article: bool = False) -> str:
+    """What a sound item is called to the user: a voice note is a voice message, anything
+    else (an audio file, a .wav given to /attach) is an audio file."""
+    if kind == "voice":
+        return "a voice message" if article else "voice message"
+    return "an audio file" if article else "audio file"

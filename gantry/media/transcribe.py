@@ -4,6 +4,7 @@ from disk, `response_format=json` → `{"text": ...}`."""
 
 from __future__ import annotations
 
+import json
 import logging
 import ssl
 from pathlib import Path
@@ -13,15 +14,24 @@ import httpx
 
 from gantry import __version__
 from gantry.media.files import MediaError
+from gantry.media.kinds import sound_noun
 
 log = logging.getLogger("gantry.media")
 
-UNSET_REPLY = (
-    "I got a voice message, but voice transcription is not set up, so I could not listen to "
-    "it. To have voice notes and audio transcribed, set LLM_TRANSCRIBE_MODEL (for example "
-    "whisper-1) — and LLM_TRANSCRIBE_BASE_URL / LLM_TRANSCRIBE_API_KEY if the transcription "
-    "service is not your chat model's."
-)
+# The response body read, at most: a transcript's JSON, far above any honest transcript of a
+# file within MEDIA_MAX_BYTES (the text is then cut to the document cap, gantry.media.build).
+RESPONSE_MAX_BYTES = 8_000_000
+
+
+def unset_reply(kind: str = "voice") -> str:
+    """The one reply to a voice note or audio file when no transcription is configured."""
+    return (f"I got {sound_noun(kind, article=True)}, but transcription is not set up, so I "
+            "could not listen to it. To have voice notes and audio files transcribed, set "
+            "LLM_TRANSCRIBE_MODEL (for example whisper-1) — and LLM_TRANSCRIBE_BASE_URL / "
+            "LLM_TRANSCRIBE_API_KEY if the transcription service is not your chat model's.")
+
+
+UNSET_REPLY = unset_reply("voice")
 
 
 class TranscribeUnavailable(MediaError):
@@ -29,9 +39,19 @@ class TranscribeUnavailable(MediaError):
     user is told at once (the message says how, without the key or the service's text) and
     may send the message again; it is not retried behind their back."""
 
-    def __init__(self, how: str) -> None:
-        super().__init__(f"Sorry — the voice message could not be transcribed ({how}). "
+    def __init__(self, how: str, kind: str = "voice") -> None:
+        super().__init__(f"Sorry — the {sound_noun(kind)} could not be transcribed ({how}). "
                          "Please send it again in a moment.")
+
+
+async def capped_body(response: httpx.Response, limit: int) -> bytes | None:
+    """The (decoded) body, or None once it passes `limit` bytes: the rest is never read."""
+    data = bytearray()
+    async for chunk in response.aiter_bytes():
+        data += chunk
+        if len(data) > limit:
+            return None
+    return bytes(data)
 
 
 class Transcriber:
@@ -51,35 +71,43 @@ class Transcriber:
         }
         self._http: httpx.AsyncClient | None = None
 
-    async def __call__(self, path: Path, name: str, mime: str) -> str:
+    async def __call__(self, path: Path, name: str, mime: str, kind: str = "voice") -> str:
         """The transcript; MediaError (TranscribeUnavailable when the service is down) with
-        the reply for the user otherwise."""
+        the reply for the user otherwise. The body is read to RESPONSE_MAX_BYTES at most."""
         if self._http is None:
             self._http = httpx.AsyncClient(**self._args)
         try:
             with open(path, "rb") as audio:
-                response = await self._http.post(
-                    self.url, data={"model": self.model, "response_format": "json"},
-                    files={"file": (name, audio, mime or "application/octet-stream")})
+                async with self._http.stream(
+                        "POST", self.url, data={"model": self.model, "response_format": "json"},
+                        files={"file": (name, audio, mime or "application/octet-stream")},
+                ) as response:
+                    body = await capped_body(response, RESPONSE_MAX_BYTES)
         except httpx.HTTPError as exc:
             log.warning("transcription request failed", extra={"error": type(exc).__name__})
-            raise TranscribeUnavailable(f"the service was not reachable: {type(exc).__name__}"
-                                        ) from None
-        if response.status_code >= 500 or response.status_code == 429:
-            log.warning("transcription failed", extra={"status": response.status_code})
-            raise TranscribeUnavailable(f"the service answered HTTP {response.status_code}")
-        if response.status_code >= 400:
-            log.warning("transcription refused", extra={"status": response.status_code,
-                                                        "error": response.text[:300]})
-            raise MediaError(f"The voice message could not be transcribed (the transcription "
-                             f"service answered HTTP {response.status_code}).")
+            raise TranscribeUnavailable(f"the service was not reachable: {type(exc).__name__}",
+                                        kind) from None
+        status = response.status_code
+        if status >= 500 or status == 429:
+            log.warning("transcription failed", extra={"status": status})
+            raise TranscribeUnavailable(f"the service answered HTTP {status}", kind)
+        if status >= 400:
+            log.warning("transcription refused", extra={
+                "status": status, "error": (body or b"")[:300].decode("utf-8", "replace")})
+            raise MediaError(f"The {sound_noun(kind)} could not be transcribed (the "
+                             f"transcription service answered HTTP {status}).")
+        if body is None:
+            log.warning("transcription answer too long", extra={"max": RESPONSE_MAX_BYTES})
+            raise MediaError(f"The {sound_noun(kind)} could not be transcribed (the "
+                             f"transcription service sent more than {RESPONSE_MAX_BYTES:,} "
+                             "bytes).")
         try:
-            body = response.json()
-            text = body["text"] if isinstance(body, dict) else None
+            parsed = json.loads(body)
+            text = parsed["text"] if isinstance(parsed, dict) else None
         except (ValueError, KeyError):
             text = None
         if not isinstance(text, str):
-            raise TranscribeUnavailable("the service sent no text")
+            raise TranscribeUnavailable("the service sent no text", kind)
         return text.strip()
 
     async def aclose(self) -> None:

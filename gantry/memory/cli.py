@@ -90,7 +90,7 @@ def _dirs(p: Any, persona: bool = False) -> None:
 
 
 def main(args: Any) -> int:
-    from gantry.cli import environ
+    from gantry.envfile import environ
 
     env = environ(args, args.command)
     if env is None:

@@ -25,7 +25,7 @@ from gantry.memory.store import (
     render_hits,
     validate,
 )
-from gantry.wire.openai import SystemMessage, UserMessage
+from gantry.model.messages import SystemMessage, UserMessage
 
 log = logging.getLogger("gantry.memory.consolidate")
 
@@ -187,7 +187,7 @@ class Consolidator:
         return [str(r[0]) for r in rows], (float(rows[-1][1]) if rows else None)
 
     async def _pass(self) -> Outcome:
-        from gantry.provider import ProviderError
+        from gantry.model.errors import ProviderError
 
         episodes = self._pending()
         summaries, through = self._summaries()

@@ -38,8 +38,8 @@ def add_parsers(sub: Any) -> None:
 
 
 def main(args: Any) -> int:
-    from gantry.cli import data_dir, environ
     from gantry.db import DatabaseError
+    from gantry.envfile import data_dir, environ
 
     env = environ(args, args.command)
     if env is None:

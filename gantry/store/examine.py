@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gantry.db import DatabaseError, schema_version
+from gantry.schema import DatabaseError, schema_version
 
 MAGIC = b"SQLite format 3\x00"
 HEADER = 100

@@ -202,7 +202,8 @@ class Runner:
     async def _notify(self, notice: Notice) -> None:
         chat = notice.session_id.split(":", 1)[1]
         why = await self.ticker.push_retrying(chat, notice.text, lambda: 0, None,
-                                              lambda: True, notice.watch_id)
+                                              lambda: True, notice.watch_id,
+                                              f"watch #{notice.watch_id}")
         if why is not None:
             log.error("watch pause notice could not be pushed",
                       extra={"watch": notice.watch_id, "error": why})
@@ -275,7 +276,8 @@ class Runner:
 
         why = await self.ticker.push_retrying(
             chat, wake.reply, lambda: wake.sent_parts, progress,
-            lambda: self.store.wake_state(wake.id) == "delivered", wake.watch_id)
+            lambda: self.store.wake_state(wake.id) == "delivered", wake.watch_id,
+            f"watch #{wake.watch_id} {wake.label}")
         if why is None:
             log.info("watch reply pushed", extra={"watch": wake.watch_id, "wake": wake.id})
             return

@@ -6,7 +6,9 @@ stays responsive), `freeze` (blocks the whole process: no ping answers), `big` (
 N chars), `grow` (adds a tool and sends tools/list_changed), `size` (takes an integer) and
 `reshape` (swaps `size` for one taking a string, sends tools/list_changed), `flood` (N stderr
 lines), `grandchild` (spawns a sleeping grandchild and returns its pid), `env` (one variable
-of its environment), `picture` (an image block), `fail` (an isError result).
+of its environment), `picture` (an image block), `fail` (an isError result), `nag` (asks the
+user a question, again after each one not answered), `slow` (sleeps; writes down whether the
+client cancelled it with notifications/cancelled).
 
 Environment knobs: FIXTURE_CRASH_AFTER=N exits on the N-th tool call; FIXTURE_BOOT=fail
 exits before answering initialize (after writing to stderr); FIXTURE_STDERR_AT_START=N
@@ -24,6 +26,7 @@ import time
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ImageContent
+from pydantic import BaseModel
 
 server = MCPServer("fixture", instructions="A fixture server for gantry's tests.")
 calls = 0
@@ -157,6 +160,40 @@ def picture() -> list[ImageContent]:
 def fail(reason: str = "it went wrong") -> str:
     """Raise, which the SDK turns into an isError result."""
     raise RuntimeError(reason)
+
+
+class Word(BaseModel):
+    word: str
+
+
+@server.tool()
+async def nag(ctx: Context, rounds: int = 20, always: bool = False) -> str:
+    """Ask for a word, again after each question not answered (cancel), or after every one
+    (`always`), up to `rounds` times; a decline ends it. Returns the actions, in order."""
+    seen: list[str] = []
+    for _ in range(rounds):
+        result = await ctx.elicit("Say a word.", schema=Word)
+        seen.append(result.action)
+        if result.action == "decline" or (result.action == "accept" and not always):
+            break
+    return " ".join(seen)
+
+
+@server.tool()
+async def slow(path: str, seconds: float = 30) -> str:
+    """Sleep `seconds`; if the client cancels the call meanwhile, append "cancelled" to the
+    file at `path` (the SDK stops the handler on notifications/cancelled)."""
+    with open(path, "a") as fh:
+        fh.write("started\n")
+    try:
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        with open(path, "a") as fh:
+            fh.write("cancelled\n")
+        raise
+    with open(path, "a") as fh:
+        fh.write("finished\n")
+    return "slept"
 
 
 def main() -> None:

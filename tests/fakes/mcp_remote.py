@@ -26,6 +26,7 @@ from tests.fakes.mcp_servers import everything_command
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK_JS = ROOT / "tests" / "fakes" / "node_loopback.cjs"
+CALLS_JS = ROOT / "tests" / "fakes" / "node_calls.cjs"
 START_WAIT = 60.0
 
 
@@ -88,17 +89,28 @@ class HttpServer:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
 
+    def kill(self) -> None:
+        """kill -9 by PID, no goodbye: the server is gone until start() (same port)."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
     def restart(self) -> None:
         self.stop()
         self.start()
 
 
 @contextmanager
-def everything_http(mode: str = "streamableHttp") -> Iterator[HttpServer]:
+def everything_http(mode: str = "streamableHttp",
+                    calls: Path | None = None) -> Iterator[HttpServer]:
+    """`calls`: a file each tools/call that reaches the server is appended to (node_calls.cjs)."""
     argv = everything_command()
     node, entry = argv[0], argv[1]
-    server = HttpServer([node, "-r", str(LOOPBACK_JS), entry, mode],
-                        "/mcp" if mode == "streamableHttp" else "/sse")
+    counted = ["-r", str(CALLS_JS)] if calls is not None else []
+    server = HttpServer([node, "-r", str(LOOPBACK_JS), *counted, entry, mode],
+                        "/mcp" if mode == "streamableHttp" else "/sse",
+                        env={"CALL_LOG": str(calls)} if calls is not None else None)
     server.start()
     try:
         yield server

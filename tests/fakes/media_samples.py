@@ -1,10 +1,11 @@
 """Small media files made on the spot for tests and bench/media.py: a JPEG-looking blob (the
-bytes are only passed through, never decoded), a text PDF written by hand, an OGG-looking
-voice note."""
+bytes are only passed through, never decoded), PDFs written by hand (with text; heavy for
+pypdf; a zip bomb), an OGG-looking voice note."""
 
 from __future__ import annotations
 
 import random
+import zlib
 
 
 def jpeg(size: int = 40_000, seed: int = 1) -> bytes:
@@ -17,13 +18,16 @@ def ogg(size: int = 6_000, seed: int = 2) -> bytes:
     return b"OggS\x00\x02" + random.Random(seed).randbytes(max(0, size - 6))
 
 
+HELVETICA = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"
+EMPTY_TEXT = b"BT () Tj ET "  # a text object that draws nothing: pypdf still works through it
+
+
 def pdf(*pages: str) -> bytes:
     """A valid PDF with one page per string, each drawn as text in Helvetica (so pypdf can
-    extract it): objects, xref table and trailer laid out by hand."""
-    objects: list[bytes] = []
+    extract it)."""
+    objects: list[bytes] = [b"<< /Type /Catalog /Pages 2 0 R >>"]
     kids = " ".join(f"{3 + 2 * i} 0 R" for i in range(len(pages)))
     font = 3 + 2 * len(pages)
-    objects.append(b"<< /Type /Catalog /Pages 2 0 R >>")
     objects.append(f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode())
     for i, text in enumerate(pages):
         escaped = text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
@@ -32,7 +36,51 @@ def pdf(*pages: str) -> bytes:
             f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 400 144] /Contents {4 + 2 * i} 0 R "
             f"/Resources << /Font << /F1 {font} 0 R >> >> >>".encode())
         objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
-    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    objects.append(HELVETICA)
+    return layout(objects)
+
+
+def shared_stream_pdf(pages: int, stream: bytes, filters: str = "/FlateDecode") -> bytes:
+    """`pages` pages that all draw one content stream (object 3, already encoded by
+    `filters`): each page makes pypdf parse the whole stream again."""
+    kids = " ".join(f"{5 + i} 0 R" for i in range(pages))
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
+               f"<< /Type /Pages /Kids [{kids}] /Count {pages} >>".encode(),
+               f"<< /Filter {filters} /Length {len(stream)} >>\nstream\n".encode() + stream
+               + b"\nendstream",
+               HELVETICA]
+    page = (b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 400 144] /Contents 3 0 R "
+            b"/Resources << /Font << /F1 4 0 R >> >> >>")
+    return layout(objects + [page] * pages)
+
+
+def heavy_pdf(pages: int = 40, repeats: int = 185_000) -> bytes:
+    """Issue 35's shape: ~10 KB, `pages` pages sharing ONE compressed content stream of
+    empty text objects (2.2 MB inflated), minutes of pypdf's time for no text at all."""
+    return shared_stream_pdf(pages, zlib.compress(EMPTY_TEXT * repeats, 9))
+
+
+def bomb_pdf(inflated: int = 300 << 20) -> bytes:
+    """A page whose FlateDecode stream inflates to `inflated` bytes (300 MB) of empty text
+    objects; deflated twice, so the file is a few KB."""
+    once = deflate_repeated(EMPTY_TEXT * 87_381, max(1, inflated // (len(EMPTY_TEXT) * 87_381)))
+    return shared_stream_pdf(1, zlib.compress(once, 9), "[/FlateDecode /FlateDecode]")
+
+
+def deflate_repeated(chunk: bytes, times: int) -> bytes:
+    """zlib data of `chunk` repeated `times` times, made without compressing it all: after a
+    full flush the deflater starts afresh, so every chunk's block is the same bytes."""
+    deflater = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = deflater.compress(chunk) + deflater.flush(zlib.Z_FULL_FLUSH)
+    check = 1
+    for _ in range(times):
+        check = zlib.adler32(chunk, check)
+    return b"\x78\xda" + block * times + deflater.flush() + check.to_bytes(4, "big")
+
+
+def layout(objects: list[bytes]) -> bytes:
+    """Numbered objects, the xref table and the trailer laid out by hand (object 1 is the
+    catalog)."""
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for n, body in enumerate(objects, 1):

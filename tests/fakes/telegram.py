@@ -157,6 +157,7 @@ class SentFile:
     filename: str
     data: bytes
     caption: str = ""
+    content_type: str = ""  # the multipart part's Content-Type
 
 
 @dataclass(eq=False)
@@ -690,7 +691,8 @@ class FakeTelegram(FileServing, LoopbackServer):
         if len(caption) > 1024:
             raise _Reply(400, "Bad Request: message caption is too long")
         sent = SentFile(method, chat_id, self._new_message_id(chat_id),
-                        str(value.get("filename") or ""), value["data"], caption)
+                        str(value.get("filename") or ""), value["data"], caption,
+                        str(value.get("content_type") or ""))
         with self._lock:
             self._uploads.append(sent)
         result = self._message_result(BotMessage(chat_id, sent.message_id, "", []))

@@ -58,7 +58,7 @@ class Pending(msgspec.Struct):
     reply: str | None
     sent_parts: int
     stream_msgs: list[int]
-    media: str = "[]"  # JSON list of gantry.media.Media, read when the turn runs
+    media: str = "[]"  # JSON list of gantry.media.kinds.Media, read when the turn runs
     media_group: str | None = None
 
 
@@ -218,11 +218,26 @@ class TelegramStore:
             return 0, 0
         return int(rows[0][0]), int(rows[0][1])  # type: ignore[call-overload]
 
-    def begin_attempt(self, update_id: int) -> None:
-        """Mark an attempt in flight before making it, so a crash during it is noticed."""
+    def pause_left(self, update_id: int, delay: float) -> float:
+        """Seconds still to wait before the next attempt, on a pause of `delay` s that began
+        when first asked for: the pause's end is stored, so a restart during it waits only
+        for the rest (never longer than `delay`, should the clock have gone back)."""
+        now = time.time()
         with self.conn:  # type: ignore[attr-defined]
-            self._rows("UPDATE telegram_update SET in_flight = 1 WHERE update_id = ?",
-                       (update_id,))
+            rows = self._rows(
+                "UPDATE telegram_update SET not_before = coalesce(not_before, ?) "
+                "WHERE update_id = ? RETURNING not_before",
+                (now + delay, update_id),
+            )
+        until = float(rows[0][0]) if rows else now  # type: ignore[arg-type]
+        return min(delay, max(0.0, until - now))
+
+    def begin_attempt(self, update_id: int) -> None:
+        """Mark an attempt in flight before making it, so a crash during it is noticed; the
+        pause before it is over (the next one begins anew)."""
+        with self.conn:  # type: ignore[attr-defined]
+            self._rows("UPDATE telegram_update SET in_flight = 1, not_before = NULL "
+                       "WHERE update_id = ?", (update_id,))
 
     def fail_attempt(self, update_id: int) -> int:
         """The attempt ended in an ordinary failure; the failures in a row now."""

@@ -6,11 +6,13 @@ their chat template's format), wrap their reasoning in `<think>` tags, or send a
 that are almost JSON. These functions turn that back into what the model meant, so the user
 never reads it. docs/models.md has the table of formats.
 
-Deciding what is a call: text in one of the chat templates' tool-call markups
-(`<tool_call>`, `<|python_tag|>`, `[TOOL_CALLS]`, `<function=…>`) is a call wherever it
-stands. Plain JSON is a call only when it is the whole reply (bare or in one fenced block)
-and every object in it names a tool that was offered: a reply that merely contains JSON,
-or JSON whose "name" is no offered tool, is an answer.
+Deciding what is a call: only a reply that *is* calls — after its reasoning, nothing but
+one or more calls in a chat template's tool-call markup (`<tool_call>`, `<|python_tag|>`,
+`[TOOL_CALLS]`, `<function=…>`), plain JSON or Python-call syntax, bare or in one fenced
+block — and only when every call names a tool that was offered. A call shown inside prose
+(a model explaining a format, or repeating a document or web page that holds one) is
+text: untrusted text must never run a tool the model did not choose. While a reply still
+streams, gantry.model.gate holds back what may yet turn out to be one.
 """
 
 from __future__ import annotations
@@ -24,8 +26,11 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "FENCE_LANGS",
+    "MARKERS",
+    "THINK_CLOSE",
+    "THINK_OPEN",
     "Printed",
-    "StreamGate",
     "canonical",
     "parse_arguments",
     "printed_calls",
@@ -35,13 +40,12 @@ __all__ = [
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
-_HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL)
-_LLAMA_FN = re.compile(r"<function=([A-Za-z0-9_.-]+)>\s*(.*?)\s*(?:</function>|\Z)", re.DOTALL)
+_LLAMA_FN_HEAD = re.compile(r"([A-Za-z0-9_.-]+)>")
 _MISTRAL_V11 = re.compile(
     r"\[TOOL_CALLS\]\s*([A-Za-z0-9_.-]+)\s*(?:\[CALL_ID\]\s*[A-Za-z0-9_-]*\s*)?\[ARGS\]"
 )
 _FENCE = re.compile(r"\A```[ \t]*([A-Za-z_-]*)[ \t]*\n(.*?)\n?```\Z", re.DOTALL)
-_FENCE_LANGS = frozenset({"", "json", "tool_call", "tool_code", "tool", "function"})
+FENCE_LANGS = frozenset({"", "json", "tool_call", "tool_code", "tool", "function"})
 _LLAMA_END = ("<|eom_id|>", "<|eot_id|>")
 MARKERS = ("<tool_call>", "<|python_tag|>", "[TOOL_CALLS]", "<function=")
 _SEPARATORS = " \t\r\n;,"
@@ -111,16 +115,6 @@ def _json_values(text: str) -> list[Any] | None:
         values.append(value)
 
 
-def _loose_values(text: str) -> list[Any] | None:
-    """JSON values, or one Python-literal dict (Hermes 2 Pro's prompt shows the call as
-    `{'arguments': <args-dict>, 'name': <function-name>}`, and models copy the quotes)."""
-    values = _json_values(text)
-    if values is not None:
-        return values
-    repaired = _repaired(text.strip())
-    return [repaired] if repaired is not None else None
-
-
 def _as_call(obj: Any, form: str) -> Printed | None:
     """A call-shaped object: {"name", "arguments"|"parameters"}, or that inside "function"."""
     if not isinstance(obj, dict):
@@ -187,72 +181,115 @@ def _pythonic(text: str, form: str) -> list[Printed] | None:
     return out or None
 
 
-def _marked(text: str) -> tuple[list[Printed], str] | None:
-    """Calls in a chat template's tool-call markup, and the text before the first of them."""
-    at = min((i for m in MARKERS if (i := text.find(m)) >= 0), default=-1)
-    if at < 0:
+def _strict_values(text: str) -> list[Any] | None:
+    """JSON values, or one Python-literal dict (Hermes 2 Pro's prompt shows the call as
+    `{'arguments': <args-dict>, 'name': <function-name>}`, and models copy the quotes);
+    nothing else may stand beside them, so a call followed by prose is no call."""
+    values = _json_values(text)
+    if values is not None:
+        return values
+    try:
+        literal = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
         return None
-    before, body = text[:at].strip(), text[at:]
-    calls: list[Printed] | None = None
+    if not isinstance(literal, dict):
+        return None
+    try:
+        return [json.loads(json.dumps(literal))]
+    except (TypeError, ValueError):
+        return None
+
+
+def _tagged(body: str, open_tag: str, close_tag: str) -> list[str] | None:
+    """The insides of `open…close` blocks that make up all of `body` (whitespace between
+    them; the last may lack its closing tag, the reply was cut); None if anything else."""
+    inside: list[str] = []
+    rest = body.strip()
+    while rest:
+        if not rest.startswith(open_tag):
+            return None
+        block, _, rest = rest[len(open_tag) :].partition(close_tag)
+        inside.append(block.strip())
+        rest = rest.strip()
+    return inside or None
+
+
+def _marked(body: str) -> list[Printed] | None:
+    """Calls in a chat template's tool-call markup, when that markup is all of `body`."""
     if body.startswith("<tool_call>"):  # Hermes 2 Pro, Qwen 2.5/3, many fine-tunes
+        blocks = _tagged(body, "<tool_call>", "</tool_call>")
         found: list[Printed] = []
-        for block in _HERMES.findall(body):
-            got = _calls(_loose_values(block) or [None], "hermes")
+        for block in blocks or []:
+            got = _calls(_strict_values(block) or [None], "hermes")
             if got is None:
                 return None
             found += got
-        calls = found or None
-    elif body.startswith("<|python_tag|>"):  # Llama 3.1/3.2/3.3
+        return found or None
+    if body.startswith("<|python_tag|>"):  # Llama 3.1/3.2/3.3
         rest = body.removeprefix("<|python_tag|>")
         for end in _LLAMA_END:
-            rest = rest.split(end, 1)[0]
+            rest, _, after = rest.partition(end)
+            if after.strip():
+                return None
         values = _json_values(rest)
-        calls = _calls(values, "llama-json") if values else _pythonic(rest, "llama-builtin")
-    elif body.startswith("<function="):  # Llama 3.1's documented custom-tool format
+        return _calls(values, "llama-json") if values else _pythonic(rest, "llama-builtin")
+    if body.startswith("<function="):  # Llama 3.1's documented custom-tool format
         found = []
-        for name, args in _LLAMA_FN.findall(body):
-            found.append(Printed(name, args or "{}", "llama-function"))
-        calls = found or None
-    elif _MISTRAL_V11.match(body):  # Mistral tokenizer v11+: [TOOL_CALLS]name[ARGS]{...}
+        for block in _tagged(body, "<function=", "</function>") or []:
+            m = _LLAMA_FN_HEAD.match(block)
+            if m is None:
+                return None
+            args = block[m.end() :].strip()
+            if args and _strict_values(args) is None:
+                return None
+            found.append(Printed(m[1], args or "{}", "llama-function"))
+        return found or None
+    body = body.removesuffix("</s>").rstrip()
+    if _MISTRAL_V11.match(body):  # Mistral tokenizer v11+: [TOOL_CALLS]name[ARGS]{...}
         found = []
         for part in body.split("[TOOL_CALLS]")[1:]:
             m = _MISTRAL_V11.match("[TOOL_CALLS]" + part)
             if m is None:
                 return None
-            args = part[m.end() - len("[TOOL_CALLS]") :].strip()
-            values = _json_values(args)
-            found.append(Printed(m[1], json.dumps(values[0]) if values else args, "mistral"))
-        calls = found or None
-    else:  # Mistral v3: [TOOL_CALLS] [{"name": ..., "arguments": {...}}]
-        values = _json_values(body.removeprefix("[TOOL_CALLS]").split("</s>", 1)[0])
-        calls = _calls(values, "mistral") if values else None
-    return (calls, before) if calls else None
+            values = _json_values(part[m.end() - len("[TOOL_CALLS]") :])
+            if values is None or len(values) != 1 or not isinstance(values[0], dict):
+                return None
+            found.append(Printed(m[1], json.dumps(values[0], ensure_ascii=False), "mistral"))
+        return found or None
+    if body.startswith("[TOOL_CALLS]"):  # Mistral v3: [TOOL_CALLS] [{"name": ..., ...}]
+        values = _json_values(body.removeprefix("[TOOL_CALLS]"))
+        return _calls(values, "mistral") if values else None
+    return None
 
 
-def printed_calls(text: str, names: Collection[str]) -> tuple[list[Printed], str] | None:
-    """The tool calls printed in a reply, and the text to keep as the call's preamble; None
-    when the reply is an answer. `names` are the tools offered to this call: bare JSON and
-    Python-call forms must name only those (after `resolve_name`)."""
-    if not names or not text:
-        return None
-    marked = _marked(text)
-    if marked is not None:
-        return marked
-    body = text.strip()
-    fence = _FENCE.match(body)
-    if fence is not None:
-        if fence[1].lower() not in _FENCE_LANGS:
-            return None
-        body = fence[2].strip()
+def _plain(body: str, fenced: bool) -> list[Printed] | None:
+    """Bare JSON call objects or Python-call syntax that are all of `body`."""
     if not body or (body[0] not in "{[" and "(" not in body):
         return None
     values = _json_values(body)
-    calls = _calls(values, "fenced-json" if fence else "bare-json") if values else None
-    if calls is None and values is None:
-        calls = _pythonic(body, "pythonic")
+    if values is not None:
+        return _calls(values, "fenced-json" if fenced else "bare-json")
+    return _pythonic(body, "pythonic")
+
+
+def printed_calls(text: str, names: Collection[str]) -> list[Printed] | None:
+    """The tool calls printed in a reply that is nothing but those calls (`text` has had
+    its reasoning taken out); None when it is an answer. A call quoted inside prose, or in
+    a fence prose surrounds, is never taken: a model showing a format, or repeating a
+    document, must not run tools. Every name must be one of `names`, the tools offered to
+    this call (after `resolve_name`)."""
+    if not names or not text:
+        return None
+    body = text.strip()
+    fence = _FENCE.match(body)
+    if fence is not None:
+        if fence[1].lower() not in FENCE_LANGS:
+            return None
+        body = fence[2].strip()
+    calls = _marked(body) or _plain(body, fence is not None)
     if calls is None or any(resolve_name(c.name, names) is None for c in calls):
         return None
-    return calls, ""
+    return calls
 
 
 # ----------------------------------------------------------------------------- arguments
@@ -309,115 +346,3 @@ def _repaired(text: str) -> dict[str, Any] | None:
     except (TypeError, ValueError):
         return None
     return decoded
-
-
-# ----------------------------------------------------------------------------- streaming
-
-HOLD_MAX = 2_000  # chars held back at most while undecided, then shown anyway
-_LONGEST = max(len(m) for m in (*MARKERS, THINK_OPEN))
-_CALL_KEYS = frozenset({"name", "function", "type", "id"})
-_FIRST_KEY = re.compile(r'\A\[?\s*\{\s*"([^"\\]*)"\s*:\s*(?:"([^"\\]*)(")?)?')
-_PARTIAL_KEY = re.compile(r'\[?\s*(\{\s*("[^"\\]*("\s*(:\s*"?[^"\\]*)?)?)?)?')
-_PY_NAME = re.compile(r"\A([A-Za-z_][A-Za-z0-9_.-]*)\s*(\()?")
-
-
-class StreamGate:
-    """Decides, as a streamed reply grows, how much of it may be shown: never reasoning,
-    never a printed tool call. Text that could still turn out to be a call is held back, at
-    most HOLD_MAX chars; the caller takes back what was shown if the end says otherwise."""
-
-    def __init__(self, names: Collection[str]) -> None:
-        self.names = names
-        self.text = ""
-        self._out = ""
-        self._prose = False  # the reply's start was decided: no printed call (stays so)
-        self._cut: int | None = None  # where a marker or <think> stopped the shown text
-
-    def feed(self, delta: str) -> tuple[str, bool]:
-        """Add streamed text: (what may be shown now, whether what was shown so far must be
-        taken back first — it was reasoning whose opening tag the template sent)."""
-        self.text += delta
-        if THINK_CLOSE in delta or THINK_CLOSE in self.text[-len(delta) - 8 :]:
-            self._prose, self._cut = False, None  # reasoning ended: decide afresh after it
-        safe = self._safe()
-        restart = bool(self._out) and not safe.startswith(self._out)
-        if restart:
-            self._out = ""
-        if len(safe) <= len(self._out):
-            return "", restart
-        out, self._out = safe[len(self._out) :], safe
-        return out, restart
-
-    def _visible(self) -> str:
-        """The text after any leading reasoning blocks."""
-        text = self.text
-        while THINK_CLOSE in text:
-            head, _, rest = text.partition(THINK_CLOSE)
-            if THINK_OPEN in head and not head.lstrip().startswith(THINK_OPEN):
-                return text
-            text = rest
-        return text
-
-    def _safe(self) -> str:
-        """The longest prefix of the visible text that cannot become a call or reasoning."""
-        text = self._visible()
-        if self._cut is not None:
-            return text[: self._cut]
-        body = text.lstrip()
-        lead = len(text) - len(body)
-        if not body:
-            return ""
-        if not self._prose:
-            for marker in (*MARKERS, THINK_OPEN):
-                if body.startswith(marker) or marker.startswith(body):
-                    return ""
-            if len(body) < HOLD_MAX and self._maybe_call(body):
-                return ""
-            self._prose = True
-        start = max(0, len(self._out) - lead - _LONGEST)  # earlier text was scanned already
-        found = [i for m in (*MARKERS, THINK_OPEN) if (i := body.find(m, start)) >= 0]
-        if found:
-            self._cut = lead + min(found)
-            return text[: self._cut]
-        tail = body[-_LONGEST:]
-        at = max(tail.rfind("<"), tail.rfind("["))
-        if at >= 0 and any(m.startswith(tail[at:]) for m in (*MARKERS, THINK_OPEN)):
-            return text[: lead + len(body) - len(tail) + at]  # a marker may be starting
-        return text
-
-    def _maybe_call(self, body: str) -> bool:
-        """Whether `body` (the reply so far) could still be a printed call."""
-        if "```".startswith(body):
-            return True  # one or two backticks: a fence may be opening
-        if body.startswith("```"):
-            first, nl, rest = body.partition("\n")
-            if not nl:
-                return True
-            if first[3:].strip().lower() not in _FENCE_LANGS:
-                return False
-            body = rest.lstrip()
-            if not body:
-                return True
-        if body[0] in "{[":
-            m = _FIRST_KEY.match(body)
-            if m is None:  # the first key is not complete yet, or this is no call object
-                return bool(_PARTIAL_KEY.fullmatch(body)) or (
-                    body[0] == "[" and self._maybe_pythonic(body[1:].lstrip()))
-            key, value, closed = m[1], m[2], m[3]
-            if key not in _CALL_KEYS:
-                return False
-            if key == "name" and closed:
-                return resolve_name(value or "", self.names) is not None
-            return True
-        return self._maybe_pythonic(body)
-
-    def _maybe_pythonic(self, body: str) -> bool:
-        m = _PY_NAME.match(body)
-        if m is None:
-            return not body  # "[" alone: still open
-        name = m[1].removesuffix(".call")
-        if m[2]:
-            return resolve_name(name, self.names) is not None
-        if m.end() < len(body):
-            return False  # the word ended without a "(": prose
-        return any(n.startswith(name) for n in self.names)

@@ -13,10 +13,11 @@ from typing import Any
 
 import anyio
 
-import gantry.channel.aiogram_lazy  # noqa: F401  # isort: skip  (before aiogram: lazy models)
+import gantry.channel.telegram.lazy_aiogram  # noqa: F401  # isort: skip  (before aiogram: lazy models)
 from aiogram import Bot
 from aiogram.exceptions import TelegramBadRequest, TelegramRetryAfter
 from aiogram.types import FSInputFile
+from aiohttp import FormData, hdrs
 
 from gantry.channel.reply import Attachment
 
@@ -24,6 +25,32 @@ log = logging.getLogger("gantry.channel.telegram")
 
 DOCUMENT_MAX = 50_000_000  # Telegram's upload limit for bots
 RETRY_AFTER_TRIES = 5
+
+
+class TypedFile(FSInputFile):
+    """An upload that keeps its MIME type: aiogram adds files to the form without one, so
+    aiohttp would label every upload application/octet-stream (see typed_form)."""
+
+    def __init__(self, path: str, filename: str, content_type: str) -> None:
+        super().__init__(path, filename=filename)
+        self.content_type = content_type
+
+
+def typed_form(form: FormData, method: Any) -> FormData:
+    """aiogram's multipart form for `method`, each TypedFile's part given its type (the
+    parts are matched by file name; a form of any other shape is left as aiogram built it)."""
+    types = {v.filename: v.content_type for _, v in method
+             if isinstance(v, TypedFile) and v.filename and v.content_type}
+    for field in getattr(form, "_fields", ()) if types else ():
+        options, headers = field[0], field[1]
+        mime = types.get(options.get("filename", ""))
+        if mime and isinstance(headers, dict):
+            headers.setdefault(hdrs.CONTENT_TYPE, mime)
+    return form
+
+
+def _upload(file: Attachment) -> TypedFile:
+    return TypedFile(file.path, file.name, file.mime)
 
 
 def _gone(file: Attachment) -> str | None:
@@ -58,14 +85,14 @@ async def send_attachment(bot: Bot, chat: int, file: Attachment | str) -> None:
     if file.photo:
         try:
             await _retrying(lambda: bot.send_photo(
-                chat_id=chat, photo=FSInputFile(file.path, filename=file.name),
+                chat_id=chat, photo=_upload(file),
                 caption=caption, parse_mode=None))
             return
         except TelegramBadRequest as exc:
             log.warning("telegram refused the image as a photo; sending it as a file",
                         extra={"chat_id": chat, "error": exc.message[:200]})
     await _retrying(lambda: bot.send_document(
-        chat_id=chat, document=FSInputFile(file.path, filename=file.name),
+        chat_id=chat, document=_upload(file),
         caption=caption, parse_mode=None))
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from gantry.wire.openai import ImagePart, Message, UserMessage
+from gantry.model.messages import ImagePart, Message, UserMessage
 
 NOT_SHOWN = "not shown: this model cannot read images"
 EARLIER = "sent earlier, no longer shown"

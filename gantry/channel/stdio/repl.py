@@ -8,16 +8,14 @@ SIGINT for it, so a signal stays a shutdown request). On a pipe it reads plain l
 
 from __future__ import annotations
 
-import codecs
 import math
 import os
 import signal
 import sys
 import threading
-import unicodedata
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
-from typing import Any, NamedTuple, TextIO
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Any, TextIO
 
 import anyio
 import anyio.from_thread
@@ -36,7 +34,10 @@ from gantry.channel.base import (
     unknown_command,
 )
 from gantry.channel.reply import Attachment, unpack
-from gantry.channel.stdio_elicit import StdioDialog
+from gantry.channel.stdio.editor import LineEditor, keystroke_mode, width
+from gantry.channel.stdio.elicit import StdioDialog
+from gantry.channel.stdio.output import Intro, StdioStream, intro_line, mark
+from gantry.log import around_terminal_lines
 from gantry.media.build import compose
 from gantry.media.files import MediaError
 from gantry.media.local import ATTACH_HELP, fetch_local, local_item, parse_attach
@@ -45,159 +46,9 @@ from gantry.store.space import StorageFull
 CHAT_ID = "local"
 SESSION_ID = f"stdio:{CHAT_ID}"
 PROMPT = "> "
-SCHEDULED = "[scheduled] "
 ATTACHED = "[attachment] "
 STOPPED = "(stopped)"
 KEYS_HELP = "Ctrl-C stops a reply (at an empty prompt it exits) · Ctrl-D exits"
-
-
-class Intro(NamedTuple):
-    """What the start line tells: the model, the tools, and the history carried over."""
-
-    model: str
-    tools: int
-    history: int
-    summary: bool = False
-
-
-def intro_line(intro: Intro) -> str:
-    """The one line a terminal REPL starts with."""
-    if intro.history or intro.summary:
-        summary = " and a summary" if intro.summary else ""
-        carried = (f"continuing: {intro.history} earlier message(s){summary} carried over "
-                   "(/new starts fresh)")
-    else:
-        carried = "new conversation"
-    return (f"gantry · model {intro.model} · {intro.tools} tool(s) · {carried} · "
-            "/help lists commands")
-
-
-def _width(text: str) -> int:
-    """Terminal columns `text` takes (wide East Asian characters two, combining marks none)."""
-    total = 0
-    for ch in text:
-        if unicodedata.combining(ch):
-            continue
-        total += 2 if unicodedata.east_asian_width(ch) in "WF" else 1
-    return total
-
-
-class LineEditor:
-    """Keystrokes → the line being typed and what they mean. Pure: no terminal, no I/O.
-
-    `feed` returns events: ("insert", text) echo it, ("redraw", "") the line changed,
-    ("submit", line), ("interrupt", "") Ctrl-C, ("eof", "") Ctrl-D on an empty line.
-    Escape sequences (arrows, function keys) are swallowed, other control keys ignored.
-    """
-
-    def __init__(self) -> None:
-        self.buffer = ""
-        self._escape = ""  # an escape sequence being read
-        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
-
-    def feed(self, data: bytes) -> list[tuple[str, str]]:
-        events: list[tuple[str, str]] = []
-        for ch in self._decoder.decode(data):
-            self._key(ch, events)
-        return events
-
-    def _key(self, ch: str, events: list[tuple[str, str]]) -> None:
-        if self._escape:
-            self._escape += ch
-            # ESC [ params final / ESC O final / ESC x: ends at a byte in @..~ after the intro
-            n = len(self._escape)
-            if (n == 2 and ch not in "[O") or (n > 2 and "@" <= ch <= "~") or n > 32:
-                self._escape = ""
-            return
-        if ch == "\x1b":
-            self._escape = ch
-        elif ch in "\r\n":
-            line, self.buffer = self.buffer, ""
-            events.append(("submit", line))
-        elif ch == "\x03":
-            events.append(("interrupt", ""))
-        elif ch == "\x04":
-            if not self.buffer:
-                events.append(("eof", ""))
-        elif ch in "\x7f\x08":
-            if self.buffer:
-                self.buffer = self.buffer[:-1]
-                events.append(("redraw", ""))
-        elif ch == "\x15":  # Ctrl-U: the whole line
-            self.buffer = ""
-            events.append(("redraw", ""))
-        elif ch == "\x17":  # Ctrl-W: the last word
-            self.buffer = self.buffer.rstrip()
-            self.buffer = self.buffer[: len(self.buffer) - len(self.buffer.split(" ")[-1])]
-            events.append(("redraw", ""))
-        elif ch == "\t" or ch >= " ":
-            text = " " if ch == "\t" else ch
-            self.buffer += text
-            events.append(("insert", text))
-
-    def clear(self) -> None:
-        self.buffer = ""
-
-
-@contextmanager
-def keystroke_mode(fd: int) -> Iterator[Callable[[], None]]:
-    """The terminal unbuffered and unechoed, with its interrupt key (Ctrl-C) made an
-    ordinary key, restored on the way out. Yields a function that re-applies the mode
-    (after a Ctrl-Z and `fg` the shell may have put its own back)."""
-    import termios
-
-    saved = termios.tcgetattr(fd)
-    mode = termios.tcgetattr(fd)
-    mode[3] &= ~(termios.ICANON | termios.ECHO)
-    mode[6][termios.VMIN] = 1
-    mode[6][termios.VTIME] = 0
-    try:
-        disabled = os.fpathconf(fd, "PC_VDISABLE")
-    except (OSError, ValueError):
-        disabled = 0
-    mode[6][termios.VINTR] = bytes([disabled & 0xFF])
-
-    def apply() -> None:
-        termios.tcsetattr(fd, termios.TCSANOW, mode)
-
-    apply()
-    try:
-        yield apply
-    finally:
-        termios.tcsetattr(fd, termios.TCSANOW, saved)
-
-
-class StdioStream:
-    """Prints deltas as they arrive; finish() reconciles with the final text."""
-
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-        self.shown = ""
-
-    async def write(self, delta: str) -> None:
-        self.shown += delta
-        self.out.write(delta)
-        self.out.flush()
-
-    async def discard(self) -> None:
-        if self.shown:
-            self.out.write("\n")
-            self.out.flush()
-        self.shown = ""
-
-    async def finish(self, final_text: str) -> None:
-        if self.shown and final_text.startswith(self.shown):
-            self.out.write(final_text[len(self.shown):] + "\n")
-        else:
-            if self.shown:
-                self.out.write("\n")
-            self.out.write(final_text + "\n")
-        self.out.flush()
-        self.shown = ""
-
-    @property
-    def mid_line(self) -> bool:
-        return bool(self.shown) and not self.shown.endswith("\n")
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -219,7 +70,7 @@ class StdioChannel:
         media: Any = None,
     ) -> None:
         self.stream_replies = stream_replies
-        self.media = media  # gantry.media.MediaReader for /attach (None: /attach is refused)
+        self.media = media  # gantry.media.build.MediaReader for /attach (None: /attach is refused)
         self.inp = inp or sys.stdin
         self.out = out or sys.stdout
         self.interactive = _isatty(self.inp)
@@ -231,6 +82,8 @@ class StdioChannel:
         self._drawn = 0  # columns of prompt + line on screen
         self._current: Inbound | None = None
         self._stream: StdioStream | None = None
+        self._loop_thread = 0  # the event loop's thread: only it draws the prompt
+        self._relog = False  # the prompt was taken off for a log line: draw it again
         self.dialog = StdioDialog(self.out)  # MCP servers' questions (gantry/elicit.py)
 
     async def serve(self, respond: Responder, ready: Callable[[], None]) -> None:
@@ -296,7 +149,6 @@ class StdioChannel:
         self, fd: int, respond: Responder, ready: Callable[[], None], reapply: Callable[[], None]
     ) -> None:
         keys_in, keys_out = anyio.create_memory_object_stream[bytes](math.inf)
-        lines_in, lines_out = anyio.create_memory_object_stream[tuple[str, bool]](math.inf)
         token = anyio.lowlevel.current_token()
 
         def read_keys() -> None:
@@ -311,6 +163,15 @@ class StdioChannel:
 
         self.dialog.next_line = self.dialog.typed_line
         self.dialog.on_prompt = self._redraw
+        with around_terminal_lines(self._before_log, self._after_log):
+            await self._run_terminal(keys_out, respond, ready, reapply)
+
+    async def _run_terminal(
+        self, keys_out: MemoryObjectReceiveStream[bytes], respond: Responder,
+        ready: Callable[[], None], reapply: Callable[[], None],
+    ) -> None:
+        lines_in, lines_out = anyio.create_memory_object_stream[tuple[str, bool]](math.inf)
+        self._loop_thread = threading.get_ident()
         ready()
         if self.intro is not None:
             self.out.write(intro_line(self.intro(SESSION_ID)) + "\n")
@@ -339,7 +200,7 @@ class StdioChannel:
                 for event, text in self._editor.feed(data):
                     if event == "insert" and self._prompt_shown:
                         self.out.write(text)
-                        self._drawn += _width(text)
+                        self._drawn += width(text)
                     elif event == "redraw" and self._prompt_shown:
                         self._redraw()
                     elif event in ("submit", "interrupt") and self.dialog.asking:
@@ -362,10 +223,20 @@ class StdioChannel:
                         return
                 self.out.flush()
 
+    def _before_log(self) -> None:
+        """A log line is coming to this terminal: the prompt off the screen first."""
+        self._relog = threading.get_ident() == self._loop_thread and self._prompt_shown
+        if self._relog:
+            self._clear()
+
+    def _after_log(self) -> None:
+        if self._relog:
+            self._redraw()
+
     def _interrupt(self, respond: Responder) -> bool:
-        """Ctrl-C: stop the running reply, else drop the typed line; False means exit."""
+        """Ctrl-C: stop the running reply (what was typed ahead stays, drawn again after
+        it), else drop the typed line; False means exit."""
         if self._current is not None:
-            self._editor.clear()
             if isinstance(respond, Stoppable):
                 respond.stop(self._current)
             return True
@@ -401,7 +272,7 @@ class StdioChannel:
         self.out.write(PROMPT + self._editor.buffer)
         self.out.flush()
         self._prompt_shown = True
-        self._drawn = _width(PROMPT + self._editor.buffer)
+        self._drawn = width(PROMPT + self._editor.buffer)
 
     def _columns(self) -> int:
         try:
@@ -487,11 +358,12 @@ class StdioChannel:
         return True
 
     async def push(
-        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None
+        self, chat_id: str, text: str, sent: int = 0, progress: Progress | None = None,
+        origin: str = "scheduled",
     ) -> None:
-        """A scheduled reply, as one part. On a terminal it is marked as scheduled and the
-        prompt (with whatever was being typed) is drawn again below it; on a pipe it is a
-        plain line like any reply."""
+        """A scheduled reply, as one part. On a terminal it is marked with its origin
+        (`[scheduled]`, `[watch #3 parcel]`) and the prompt (with whatever was being typed)
+        is drawn again below it; on a pipe it is a plain line like any reply."""
         if sent < 1:
             packed = unpack(text)
             if self.terminal:
@@ -499,7 +371,7 @@ class StdioChannel:
                 self._clear()
                 if self._stream is not None and self._stream.mid_line:
                     self.out.write("\n")
-                self.out.write(SCHEDULED + packed.text + "\n")
+                self.out.write(f"[{mark(origin)}] " + packed.text + "\n")
                 self._attachments(packed.attachments)
                 if redraw:
                     self._redraw()

@@ -2,20 +2,17 @@
 
 Gemini, xAI, Ollama, llama.cpp and vLLM all speak this wire, so there is no provider
 registry — only a base URL, a key and a model name. Transient failures (connect errors,
-timeouts, 429, 5xx) are retried with backoff within a deadline; everything else surfaces
-as one typed ProviderError that never contains the API key.
+timeouts, 429, 5xx) are retried with backoff within a deadline (gantry.model.retry);
+everything else surfaces as one typed ProviderError that never contains the API key.
 """
 
 from __future__ import annotations
 
-import email.utils
-import json
 import logging
 import random
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import anyio
@@ -23,106 +20,27 @@ import httpx
 import msgspec
 
 from gantry import __version__
-from gantry.wire.openai import (
+from gantry.model.assemble import Completion, StreamAssembler, completion_from_response
+from gantry.model.errors import HINTS, ProviderError, body_message, retry_after_seconds
+from gantry.model.messages import Message, ToolDef
+from gantry.model.retry import RetryPolicy, with_retries
+from gantry.model.sse import SSEParser
+from gantry.model.wire import (
     ChatRequest,
-    Completion,
     ErrorBody,
-    Message,
-    SSEParser,
-    StreamAssembler,
     StreamOptions,
-    ToolCall,
-    ToolDef,
-    Usage,
-    completion_from_response,
     decode_chunk,
     decode_response,
     encode_request,
 )
 
-__all__ = [
-    "Completion",
-    "Done",
-    "Provider",
-    "ProviderError",
-    "RetryPolicy",
-    "StreamEvent",
-    "TextDelta",
-    "ToolCall",
-    "Usage",
-]
+__all__ = ["Done", "Provider", "StreamEvent", "TextDelta", "url_without_credentials"]
 
 log = logging.getLogger("gantry.provider")
 
 T = TypeVar("T")
 
-_MESSAGE_LIMIT = 500
 _REDACTED = "[redacted]"
-
-_HINTS = {
-    400: "the provider rejected the request; the message above says which field",
-    401: "check LLM_API_KEY",
-    403: "check LLM_API_KEY and that it may use this model",
-    404: "check LLM_BASE_URL (it must point at the OpenAI-compatible root, e.g. .../v1) "
-    "and LLM_MODEL",
-    429: "rate limited and out of retries; wait, or raise the provider quota",
-}
-
-
-class ProviderError(Exception):
-    """The model call failed. `status` is the HTTP status (None for network/protocol errors).
-
-    `message` is the provider's own message (or ours), bounded to ~500 chars and scrubbed
-    of the API key. `retryable` says whether the failure was transient.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        hint: str = "",
-        retryable: bool = False,
-        retry_after: float | None = None,
-    ) -> None:
-        self.status = status
-        self.message = _bound(message)
-        self.hint = hint
-        self.retryable = retryable
-        self.retry_after = retry_after
-        super().__init__(self.message)
-
-    def __str__(self) -> str:
-        head = f"provider returned HTTP {self.status}: " if self.status else "provider error: "
-        tail = f" ({self.hint})" if self.hint else ""
-        return head + self.message + tail
-
-
-class RetryPolicy(msgspec.Struct, frozen=True):
-    """Backoff for transient failures: attempt n waits base*2^(n-1) (≤ max) plus up to 25%.
-
-    `deadline` bounds the whole call in seconds — every attempt and every wait between
-    them: an attempt still running when it passes is cut, no retry is scheduled past it,
-    and a Retry-After longer than what is left ends the call at once. For a stream it bounds
-    everything up to the first body byte (the last point where a retry is safe); after that
-    the read timeout governs each chunk.
-    """
-
-    max_attempts: int = 4
-    base_delay: float = 0.5
-    max_delay: float = 8.0
-    deadline: float = 120.0
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError("RetryPolicy.max_attempts must be at least 1")
-        if min(self.base_delay, self.max_delay, self.deadline) < 0:
-            raise ValueError("RetryPolicy delays and deadline must not be negative")
-
-    def backoff(self, attempt: int, rng: random.Random) -> float:
-        """Delay before retry number `attempt` (1-based), jitter included."""
-        delay = min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
-        return delay + rng.uniform(0.0, delay * 0.25)
 
 
 class TextDelta(msgspec.Struct, frozen=True):
@@ -138,61 +56,6 @@ class Done(msgspec.Struct, frozen=True):
 
 
 StreamEvent = TextDelta | Done
-
-
-def _bound(text: str) -> str:
-    text = text.strip()
-    return text if len(text) <= _MESSAGE_LIMIT else text[: _MESSAGE_LIMIT - 1] + "…"
-
-
-def _error_text(body: Any) -> str | None:
-    """The message of any error shape we have seen: OpenAI, Gemini (a list), Ollama, vLLM."""
-    if isinstance(body, list) and body:
-        return _error_text(body[0])
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, str):
-            return err
-        if isinstance(err, dict | list):
-            return _error_text(err)
-        for key in ("message", "detail"):
-            value = body.get(key)
-            if isinstance(value, str):
-                return value
-    return None
-
-
-def _body_message(raw: bytes) -> str:
-    text = raw.decode("utf-8", errors="replace")
-    try:
-        found = _error_text(json.loads(text))
-    except ValueError:
-        found = None
-    return found if found else (text.strip() or "(empty body)")
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """Seconds to wait per `retry-after-ms` (OpenAI) or `Retry-After` (seconds or HTTP-date)."""
-    millis = headers.get("retry-after-ms")
-    if millis:
-        try:
-            return max(0.0, float(millis) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def _retryable_transport(exc: httpx.HTTPError) -> bool:
@@ -366,17 +229,17 @@ class Provider:
             raw = await response.aread()
         except httpx.HTTPError:
             raw = b""
-        from gantry.vision import rejects_images
+        from gantry.model.vision import rejects_images
 
-        hint = _HINTS.get(status, "the provider failed; try again later" if status >= 500 else "")
-        message = _body_message(raw)
+        hint = HINTS.get(status, "the provider failed; try again later" if status >= 500 else "")
+        message = body_message(raw)
         return self._error(
             message,
             status=status,
             hint=hint,
             # llama.cpp refuses images with a 500: retrying the same request cannot help
             retryable=(status == 429 or status >= 500) and not rejects_images(message),
-            retry_after=_retry_after(response.headers),
+            retry_after=retry_after_seconds(response.headers),
         )
 
     def _body_error(self, error: ErrorBody | str) -> ProviderError:
@@ -493,55 +356,9 @@ class Provider:
             )
 
     async def _with_retries(self, attempt_once: Callable[[], Awaitable[T]]) -> T:
-        policy = self.retry
-        start = self._clock()
-        attempt = 0
-        while True:
-            attempt += 1
-            remaining = policy.deadline - (self._clock() - start)
-            try:
-                with anyio.move_on_after(max(0.0, remaining)) as bound:
-                    return await attempt_once()
-            except ProviderError as err:
-                if not err.retryable:
-                    raise
-                if attempt >= policy.max_attempts:
-                    raise self._gave_up(err, attempt, start, "attempts exhausted") from None
-                remaining = policy.deadline - (self._clock() - start)
-                if err.retry_after is not None:
-                    delay = err.retry_after
-                else:
-                    delay = policy.backoff(attempt, self._rng)
-                if delay > remaining:
-                    raise self._gave_up(err, attempt, start, "deadline reached") from None
-                log.warning(
-                    "provider call failed; retrying",
-                    extra={
-                        "attempt": attempt,
-                        "max_attempts": policy.max_attempts,
-                        "status": err.status,
-                        "delay": round(delay, 3),
-                        "reason": err.message,
-                    },
-                )
-                await self._sleep(delay)
-                continue
-            if bound.cancelled_caught:  # only the deadline gets here: the attempt was cut
-                cut = self._error(
-                    f"no answer within the {policy.deadline:g}s deadline",
-                    hint="the provider is slow or not answering; try again later",
-                    retryable=True,
-                )
-                raise self._gave_up(cut, attempt, start, "deadline reached")
-
-    def _gave_up(self, err: ProviderError, attempts: int, start: float, why: str) -> ProviderError:
-        elapsed = self._clock() - start
-        return ProviderError(
-            f"gave up after {attempts} attempt(s) in {elapsed:.1f}s ({why}): {err.message}",
-            status=err.status,
-            hint=err.hint,
-            retryable=True,
-            retry_after=err.retry_after,
+        return await with_retries(
+            attempt_once, self.retry, clock=self._clock, sleep=self._sleep, rng=self._rng,
+            error=self._error,
         )
 
     def _log_done(self, completion: Completion, started: float, *, stream: bool) -> None:

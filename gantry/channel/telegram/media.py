@@ -10,15 +10,14 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-import gantry.channel.aiogram_lazy  # noqa: F401  # isort: skip  (before aiogram: lazy models)
+import gantry.channel.telegram.lazy_aiogram  # noqa: F401  # isort: skip  (before aiogram: lazy models)
 from aiogram.exceptions import TelegramBadRequest
 
-from gantry.channel.telegram_store import Pending, TelegramStore
-from gantry.media import MediaError, MediaReader, TooLarge
-from gantry.media.build import compose
-from gantry.media.files import save_stream
+from gantry.channel.telegram.store import Pending, TelegramStore
+from gantry.media.build import MediaReader, compose
+from gantry.media.files import MediaError, TooLarge, save_stream
 from gantry.media.kinds import Media, load
-from gantry.wire.openai import ImagePart
+from gantry.model.messages import ImagePart
 
 ALBUM_WAIT = 1.5  # seconds after an album's newest part before it is answered
 ALBUMS_REMEMBERED = 256  # (chat, album) pairs whose later parts follow the first in a group

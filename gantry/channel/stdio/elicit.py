@@ -15,24 +15,24 @@ ANSWER_PROMPT = "> "
 
 
 def render(q: Question) -> str:
-    """The question as printed: choices numbered when they are the only answers; a typed
-    question's one shortcut (Skip, or the default) is taken by an empty line."""
+    """The question as printed: choices numbered when they are the only answers; the
+    question's shortcut (Skip, or the default), if it has one, is taken by an empty line."""
     lines = [q.text]
     if q.choices and not q.typed:
         lines += [f"  {i}. {c}" for i, c in enumerate(q.choices, 1)]
-    elif q.choices:
-        lines.append(f"(an empty line: {q.choices[0]})")
+    if q.empty:
+        lines.append(f"(an empty line: {q.empty})")
     return "\n".join(lines)
 
 
 def read_answer(q: Question, line: str) -> str:
-    """What a typed line means: a choice's number picks it; an empty line takes a typed
+    """What a typed line means: a choice's number picks it; an empty line takes the
     question's shortcut; anything else is the answer as typed."""
     text = line.strip()
     if q.choices and not q.typed and text.isdecimal() and 1 <= int(text) <= len(q.choices):
         return q.choices[int(text) - 1]
-    if q.choices and q.typed and not text:
-        return q.choices[0]
+    if q.empty and not text:
+        return q.empty
     return text
 
 
