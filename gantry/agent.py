@@ -233,6 +233,11 @@ class Agent:
                 raise
             return exc.reply
         except Exception as exc:
+            from gantry.store.space import full_error, is_full
+
+            if is_full(exc):  # not the message's fault: the channel waits for space, retries
+                await _quiet_discard(stream)
+                raise full_error(self.sessions.conn) from None
             log.exception("turn failed", extra={"session": msg.session_id})
             await _quiet_discard(stream)
             if msg.scheduled:

@@ -337,8 +337,36 @@ async def _probe_server(spec: Any, environ: Mapping[str, str], db_path: Any = No
 # ---------------------------------------------------------------------------- driver
 
 
+def check_backups(cfg: Config, now: float | None = None) -> Result:
+    """BACKUP_DIR usable, and its newest backup no older than twice BACKUP_EVERY: `run`
+    logs each failed scheduled backup, and this is where a run of them shows."""
+    from pathlib import Path
+
+    from gantry.store.schedule import newest
+
+    if not cfg.backup_dir:
+        return Result("backups", "skip", "BACKUP_DIR is not set: no scheduled backups")
+    directory = cfg.backup_dir
+    existing = next(p for p in (Path(directory).absolute(), *Path(directory).absolute().parents)
+                    if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        return _fail("backups", f"BACKUP_DIR {directory!r} cannot be written by uid "
+                     f"{os.getuid()} ({existing} is not a writable directory)",
+                     "make it a directory the user gantry runs as may write")
+    last = newest(Path(directory))
+    if last is None:
+        return _ok("backups", f"every {cfg.backup_every} to {directory}; none written yet")
+    age = (time.time() if now is None else now) - last.stat().st_mtime
+    if age > 2 * cfg.backup_every_seconds:
+        return _fail("backups", f"the newest backup, {last.name}, is {age / 3600:.1f} h old "
+                     f"but BACKUP_EVERY is {cfg.backup_every}: scheduled backups are failing",
+                     "see gantry's log (\"scheduled backup failed\") and /status")
+    return _ok("backups", f"every {cfg.backup_every} to {directory}; newest {last.name}")
+
+
 async def run_checks(cfg: Config, environ: Mapping[str, str]) -> list[Result]:
-    results = [check_persona(cfg), check_database(cfg), check_extraction()]
+    results = [check_persona(cfg), check_database(cfg), check_extraction(),
+               check_backups(cfg)]
     tls, context = check_tls(environ)
     results.append(tls)
     results.append(await check_model(cfg, context))

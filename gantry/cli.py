@@ -1,5 +1,5 @@
 """Command line: `gantry run | status | version | init | check | tools | cron | watch |
-memory | mcp | mcp-memory`.
+memory | mcp | mcp-memory | backup | restore`.
 
 Each command imports only what it needs: `status` is the container healthcheck and runs
 every few seconds, so it must not pay for aiogram, mcp or httpx.
@@ -13,7 +13,7 @@ import sys
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs a healthcheck ~10 ms
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable
     from typing import Any
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -95,7 +95,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(
         dest="command",
-        metavar="{run,status,version,init,check,tools,cron,watch,memory,mcp,mcp-memory}")
+        metavar="{run,status,version,init,check,tools,cron,watch,memory,mcp,mcp-memory,backup,"
+                "restore}")
     run = sub.add_parser("run", help="run the agent daemon (the default command)")
     env_file(run)
     st = sub.add_parser(
@@ -193,17 +194,15 @@ def _parser() -> argparse.ArgumentParser:
     from gantry.memory.cli import add_parsers as memory_parsers
 
     memory_parsers(sub)
+    from gantry.store.cli import add_parsers as store_parsers
+
+    store_parsers(sub)
     return p
-
-
-def data_dir(args: Any, env: Mapping[str, str]) -> str:
-    """--data-dir, else DATA_DIR, else the default."""
-    return args.data_dir or env.get("DATA_DIR", "").strip() or "/data"
 
 
 def _listing(args: Any, command: str, lister: Callable[[str, bool], tuple[bool, str]]) -> int:
     """`gantry cron|watch list`: a read-only report from the database in DATA_DIR."""
-    from gantry.envfile import environ
+    from gantry.envfile import data_dir, environ
 
     env = environ(args, command)
     if env is None:
@@ -247,7 +246,7 @@ def _init(args: Any) -> int:
 
 
 def _status(args: Any) -> int:
-    from gantry.envfile import environ
+    from gantry.envfile import data_dir, environ
     from gantry.heartbeat import DEFAULT_MAX_AGE, check
 
     env = environ(args, "status")
@@ -358,6 +357,10 @@ def main(argv: list[str] | None = None) -> int:
         from gantry.mcp.login import main as login_main
 
         return login_main(args)
+    if command in ("backup", "restore"):
+        from gantry.store.cli import main as store_main
+
+        return store_main(args)
     if command in ("mcp-memory", "memory"):
         from gantry.memory.cli import main as memory_main
 

@@ -73,11 +73,19 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     llm_transcribe_model: str = ""  # set: voice notes and audio are transcribed (gantry.media)
     llm_transcribe_base_url: str = ""  # default: LLM_BASE_URL
     llm_transcribe_api_key: str = ""  # default: LLM_API_KEY
+    backup_dir: str = ""  # set: `gantry run` writes a backup there every BACKUP_EVERY
+    backup_every: str = "1d"
+    backup_keep: int = 7
 
     @property
     def tools_always_list(self) -> tuple[str, ...]:
         """TOOLS_ALWAYS split: tool names or `server__*` prefixes, always offered."""
         return tuple(p.strip() for p in self.tools_always.split(",") if p.strip())
+
+    @property
+    def backup_every_seconds(self) -> float:
+        """BACKUP_EVERY in seconds (load() has checked it parses)."""
+        return float(duration_seconds(self.backup_every) or 0)
 
     @property
     def db_path(self) -> Path:
@@ -102,7 +110,18 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "media_keep_days": (1, 3_650),
     "media_max_total_bytes": (1_000, 10_000_000_000_000),
     "document_timeout_seconds": (1, 600),
+    "backup_keep": (1, 10_000),
 }
+_DURATION = re.compile(r"([0-9]+)\s*([smhdw])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+BACKUP_EVERY_BOUNDS = (5, 366 * 86400)
+
+
+def duration_seconds(text: str) -> int | None:
+    """"1d" → 86400, "12h", "30m", "90s", "2w"; None unless it is one number and one unit."""
+    m = _DURATION.fullmatch(text.strip().lower())
+    return int(m.group(1)) * _UNIT_SECONDS[m.group(2)] if m else None
+
 
 REQUIRED = ("llm_base_url", "llm_api_key", "llm_model")
 REQUIRED_FOR_TELEGRAM = ("telegram_bot_token", "telegram_allowed_users")
@@ -285,6 +304,12 @@ def load(
 
     if "cron_tz" in values:
         _check_tz(values["cron_tz"], problems)
+
+    every = duration_seconds(values.get("backup_every", "1d"))
+    lo, hi = BACKUP_EVERY_BOUNDS
+    if every is None or not lo <= every <= hi:
+        problems.append("BACKUP_EVERY must be a number and a unit (s, m, h, d, w) between 5s "
+                        f"and 366d, e.g. 1d or 12h, got {values.get('backup_every', '')[:40]!r}")
 
     if proxy_env is not None:
         from gantry import proxyenv

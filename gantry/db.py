@@ -7,32 +7,9 @@ from pathlib import Path
 
 import apsw
 
+from gantry.schema import DatabaseError, migrations, schema_version  # also gantry.db's names
+
 BUSY_TIMEOUT_MS = 5000
-
-
-class DatabaseError(Exception):
-    """A database problem the operator must fix; `str()` says what and how."""
-
-
-def migrations() -> list[tuple[int, str, str]]:
-    """(version, name, sql) for every embedded migration, in order."""
-    from importlib import resources
-
-    found: list[tuple[int, str, str]] = []
-    for entry in resources.files("gantry.migrations").iterdir():
-        name = entry.name
-        if not name.endswith(".sql"):
-            continue
-        found.append((int(name.split("_", 1)[0]), name, entry.read_text(encoding="utf-8")))
-    found.sort()
-    for i, (version, name, _) in enumerate(found, 1):
-        if version != i:
-            raise RuntimeError(f"migration {name} is out of sequence (expected {i:04d}_*.sql)")
-    return found
-
-
-def schema_version() -> int:
-    return len(migrations())
 
 
 def ensure_data_dir(data_dir: str | os.PathLike[str]) -> Path:
@@ -105,14 +82,25 @@ def inspect(data_dir: str | os.PathLike[str], path: str | os.PathLike[str]) -> s
 
 
 def connect(path: str | os.PathLike[str]) -> apsw.Connection:
-    """Open (creating 0600 if needed) the read-write database and migrate it."""
+    """Open (creating 0600 if needed) the read-write database and migrate it.
+
+    An existing file is examined first (gantry.store.examine) and refused with one sentence,
+    untouched, when it is damaged, foreign or newer than this build. A new file is built
+    under a temporary name and linked into place, so a crash never leaves an empty
+    gantry.db that the next start would have to refuse.
+    """
+    from gantry.store.examine import examine
+
     p = Path(path)
     if not p.exists():
-        try:
-            fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o600)
-            os.close(fd)
-        except OSError as exc:
-            raise DatabaseError(f"cannot create database {str(p)!r}: {exc.strerror}") from None
+        _create(p)
+    else:
+        examine(p, allow_empty=True)
+        if not os.access(p, os.R_OK | os.W_OK) or not os.access(p.parent, os.W_OK | os.X_OK):
+            raise DatabaseError(
+                f"database {str(p)!r} or its directory is read-only for uid {os.getuid()}; "
+                "gantry writes there on every message: mount DATA_DIR read-write and chown it "
+                "(and gantry.db) to the user gantry runs as")
     try:
         conn = apsw.Connection(str(p))
         conn.set_busy_timeout(BUSY_TIMEOUT_MS)
@@ -120,9 +108,43 @@ def connect(path: str | os.PathLike[str]) -> apsw.Connection:
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
         migrate(conn)
+    except apsw.ReadOnlyError:
+        raise DatabaseError(
+            f"database {str(p)!r} is read-only (the file or its file system); gantry writes "
+            "there on every message: mount DATA_DIR read-write and chown it to the user "
+            "gantry runs as") from None
     except apsw.Error as exc:
         raise DatabaseError(f"cannot open database {str(p)!r}: {exc}") from None
     return conn
+
+
+def _create(p: Path) -> None:
+    """A migrated, owner-only database at `p`, appearing there complete or not at all."""
+    tmp = p.with_name(f".{p.name}.new-{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+        os.close(fd)
+        conn = apsw.Connection(str(tmp))
+        try:
+            migrate(conn)
+        finally:
+            conn.close()
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, p)  # never replaces: another process may have just created it
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links: rename, unless one appeared
+            if not p.exists():
+                os.rename(tmp, p)
+    except OSError as exc:
+        raise DatabaseError(f"cannot create database {str(p)!r}: {exc.strerror}") from None
+    except apsw.Error as exc:
+        raise DatabaseError(f"cannot create database {str(p)!r}: {exc}") from None
+    finally:
+        for leftover in (tmp, Path(f"{tmp}-journal")):
+            leftover.unlink(missing_ok=True)
 
 
 def migrate(conn: apsw.Connection) -> int:

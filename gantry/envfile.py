@@ -82,3 +82,8 @@ def environ(args: Any, command: str) -> Mapping[str, str] | None:
     except EnvFileError as exc:
         print(f"gantry {command}: {exc}", file=sys.stderr)
         return None
+
+
+def data_dir(args: Any, env: Mapping[str, str]) -> str:
+    """--data-dir, else DATA_DIR, else the default: the operator commands' one rule."""
+    return args.data_dir or env.get("DATA_DIR", "").strip() or "/data"

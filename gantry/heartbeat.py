@@ -45,6 +45,9 @@ def check(db_path: str | os.PathLike[str], max_age: float = DEFAULT_MAX_AGE) -> 
     p = os.fspath(db_path)
     if not os.path.isfile(p):
         return False, f"unhealthy: no database at {p} (is `gantry run` running with this DATA_DIR?)"
+    full = full_disk(os.path.dirname(os.path.abspath(p)))
+    if full:
+        return False, full
     from gantry.readonly import ReadError, query
 
     try:
@@ -68,3 +71,14 @@ def check(db_path: str | os.PathLike[str], max_age: float = DEFAULT_MAX_AGE) -> 
         stale = age - max_age
         return False, f"unhealthy: heartbeat stale by {stale:.0f} s (age {age:.0f} s, pid {pid})"
     return True, f"healthy: heartbeat {max(age, 0.0):.1f} s old, version {version}, pid {pid}"
+
+
+def full_disk(data_dir: str) -> str:
+    """"unhealthy: …" when DATA_DIR's file system has no room for a write, else ""."""
+    from gantry.store.space import free_bytes, has_room
+
+    if has_room(data_dir):
+        return ""
+    free = free_bytes(data_dir)
+    return (f"unhealthy: the file system holding {data_dir} is full ({free} bytes free); "
+            "gantry cannot store messages until space is freed there")

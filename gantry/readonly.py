@@ -26,7 +26,23 @@ class ReadError(Exception):
 
 
 def query(db_path: str | os.PathLike[str], read: Callable[[Any], T]) -> T:
-    """`read(conn)` on a read-only connection that is always closed; apsw errors → ReadError.
+    """`read(conn)` on a read-only connection that is always closed; apsw errors → ReadError."""
+    import apsw
+
+    try:
+        conn = connection(db_path)
+        try:
+            return read(conn)
+        finally:
+            conn.close()
+    except apsw.SQLError as exc:
+        raise ReadError(str(exc), missing_table="no such table" in str(exc)) from None
+    except apsw.Error as exc:
+        raise ReadError(str(exc)) from None
+
+
+def connection(db_path: str | os.PathLike[str]) -> Any:
+    """A read-only apsw connection to `db_path` (the caller closes it; apsw errors propagate).
 
     SQLite's read-only open of a WAL database creates its -wal and -shm files and leaves them
     behind. When they are absent no writer has the database open (a writer keeps them), so
@@ -38,17 +54,9 @@ def query(db_path: str | os.PathLike[str], read: Callable[[Any], T]) -> T:
     flags = apsw.SQLITE_OPEN_READONLY
     if not (os.path.exists(path + "-wal") and os.path.exists(path + "-shm")):
         path, flags = immutable_uri(path), flags | apsw.SQLITE_OPEN_URI
-    try:
-        conn = apsw.Connection(path, flags=flags)
-        try:
-            conn.set_busy_timeout(BUSY_TIMEOUT_MS)
-            return read(conn)
-        finally:
-            conn.close()
-    except apsw.SQLError as exc:
-        raise ReadError(str(exc), missing_table="no such table" in str(exc)) from None
-    except apsw.Error as exc:
-        raise ReadError(str(exc)) from None
+    conn = apsw.Connection(path, flags=flags)
+    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+    return conn
 
 
 def immutable_uri(path: str) -> str:

@@ -90,8 +90,14 @@ async def _heartbeat(conn: Any) -> None:
         try:
             heartbeat.touch(conn, __version__)
             sdnotify.notify("WATCHDOG=1")
-        except Exception:
-            log.exception("heartbeat write failed")
+        except Exception as exc:
+            from gantry.store.space import db_dir, full_message, is_full
+
+            if not is_full(exc):
+                log.exception("heartbeat write failed")
+            else:  # said once by the channel too; `gantry status` says unhealthy meanwhile
+                log.warning("heartbeat write failed", extra={"error": full_message(
+                    db_dir(conn))})
         await anyio.sleep(heartbeat.INTERVAL)
 
 
@@ -197,7 +203,19 @@ async def start_mcp(host: Any, tg: TaskGroup) -> None:
 
 
 async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
-    from gantry import db, sdnotify
+    from gantry import db
+    from gantry.store import lock
+
+    db.ensure_data_dir(cfg.data_dir)
+    held = lock.shared(cfg.data_dir)  # `gantry restore` refuses while it is held
+    try:
+        await _serve(cfg, db.connect(cfg.db_path), environ)
+    finally:
+        lock.release(held)
+
+
+async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> None:
+    from gantry import sdnotify
     from gantry.agent import Agent
     from gantry.cron.tools import zone as user_zone
     from gantry.model.client import Provider
@@ -205,8 +223,6 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
     from gantry.tls import TLSConfigError, ca_context
     from gantry.tools import Registry, offered
 
-    db.ensure_data_dir(cfg.data_dir)
-    conn = db.connect(cfg.db_path)
     persona = PersonaHolder(cfg.persona_dir)
     persona.load()
     try:
@@ -253,6 +269,11 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
 
             watches = watch.setup(cfg, conn, registry, mcp_host, cron.ticker, channel.can_push)
             agent.status_lines.append(watches.status)
+    from gantry.store import schedule
+
+    backups = schedule.setup(cfg)
+    if backups is not None:
+        agent.private_status_lines.append(backups.status)
     log.info(
         "gantry starting",
         extra={"version": __version__, "channel": cfg.channel, "model": cfg.llm_model},
@@ -276,6 +297,8 @@ async def serve(cfg: Config, environ: Mapping[str, str] | None = None) -> None:
             tg.start_soon(_signals, tg, receive, agent, turns, persona)
             if cron is not None:
                 tg.start_soon(cron.run)
+            if backups is not None:
+                tg.start_soon(backups.run)
             with receive:
                 await channel.serve(respond, ready)
             if not receive.cancel_called:  # input ended (EOF): finish up and leave

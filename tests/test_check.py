@@ -366,3 +366,28 @@ def test_check_env_file_after_init_reads_what_init_wrote(tmp_path: Path) -> None
     assert persona.startswith("ok") and f"from {work / 'persona'}" in persona
     assert f"no MCP servers ({work / 'mcp.toml'})" in _line(result.stdout, "mcp manifest")
     assert _line(result.stdout, "env file").startswith("ok")  # 0600 from init
+
+
+def test_backups_check_fails_when_the_newest_backup_is_too_old(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 39 item 2: a run of failed scheduled backups shows in `gantry check`."""
+    import os
+    import time
+
+    from gantry.check import check_backups
+    from gantry.config import load
+
+    base = {"LLM_BASE_URL": "http://x", "LLM_API_KEY": "k", "LLM_MODEL": "m",
+            "CHANNEL": "stdio"}
+    assert check_backups(load(base)).status == "skip"
+    cfg = load({**base, "BACKUP_DIR": str(tmp_path / "b"), "BACKUP_EVERY": "1d"})
+    assert check_backups(cfg).detail == f"every 1d to {tmp_path / 'b'}; none written yet"
+    (tmp_path / "b").mkdir()
+    old = tmp_path / "b" / "gantry-20260101T000000Z.db"
+    old.write_bytes(b"x")
+    os.utime(old, (time.time() - 3 * 86400, time.time() - 3 * 86400))
+    result = check_backups(cfg)
+    assert result.failed and "is 72.0 h old but BACKUP_EVERY is 1d" in result.detail
+    os.utime(old, None)
+    assert check_backups(cfg).status == "ok"
+    (tmp_path / "file").write_text("")
+    assert check_backups(load({**base, "BACKUP_DIR": str(tmp_path / "file" / "b")})).failed

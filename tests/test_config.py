@@ -58,9 +58,8 @@ def test_field_names_are_the_spec_variables() -> None:
         "CRON_TICK_SECONDS", "WATCH_MAX", "WATCH_MIN_INTERVAL_SECONDS", "STREAM_REPLIES",
         "LOG_LEVEL", "LOG_FORMAT", "ELICITATION_TIMEOUT_SECONDS",
         "MEDIA_MAX_BYTES", "MEDIA_KEEP_DAYS", "MEDIA_MAX_TOTAL_BYTES", "DOCUMENT_TIMEOUT_SECONDS",
-        "LLM_TRANSCRIBE_MODEL",
-        "LLM_TRANSCRIBE_BASE_URL",
-        "LLM_TRANSCRIBE_API_KEY",
+        "LLM_TRANSCRIBE_MODEL", "LLM_TRANSCRIBE_BASE_URL", "LLM_TRANSCRIBE_API_KEY",
+        "BACKUP_DIR", "BACKUP_EVERY", "BACKUP_KEEP",
     }
 
 
@@ -229,3 +228,18 @@ def test_boot_failure_is_one_message_exit_1_no_traceback(tmp_path) -> None:  # t
         assert name in proc.stderr
     assert "sk-supersecret-999" not in proc.stderr + proc.stdout
     assert "zzz" not in proc.stderr
+
+
+def test_backup_every_parses_units_and_refuses_nonsense() -> None:
+    """Issue 39 item 2: BACKUP_EVERY is a number and one unit, within 5 s … 366 d."""
+    from gantry.config import ConfigError, duration_seconds, load
+
+    assert [duration_seconds(t) for t in ("1d", "12h", "30m", "90s", "2w", " 3 D ")] == [
+        86400, 43200, 1800, 90, 1209600, 259200]
+    assert duration_seconds("1.5d") is None and duration_seconds("d") is None
+    base = {"LLM_BASE_URL": "http://x", "LLM_API_KEY": "k", "LLM_MODEL": "m",
+            "CHANNEL": "stdio"}
+    assert load(base).backup_every_seconds == 86400
+    for bad in ("1s", "400d", "daily", "-1d"):
+        with pytest.raises(ConfigError, match="BACKUP_EVERY must be"):
+            load({**base, "BACKUP_EVERY": bad})

@@ -249,6 +249,17 @@ class Ticker:
                 run.reply, run.state = reply, "replied"
             await self._deliver(run)
         except Exception as exc:
+            from gantry.store.space import StorageFull, db_dir, full_error, is_full, wait_for_room
+
+            full = is_full(exc) or isinstance(exc, StorageFull)
+            if full and run.state == "started":  # the turn rolled back: run it when room
+                directory = db_dir(self.store.conn)
+                log.error("cron run cut by a full disk; resumed once there is room",
+                          extra={"job": run.job_id, "run": run.id,
+                                 "error": str(full_error(self.store.conn))})
+                await wait_for_room(directory)
+                await self._execute(run)  # bounded: each turn attempt counts (MAX_TURN_ATTEMPTS)
+                return
             log.exception("cron run failed", extra={"job": run.job_id, "run": run.id})
             try:
                 self._fail(run, f"internal error ({type(exc).__name__})")

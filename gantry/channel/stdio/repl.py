@@ -41,6 +41,7 @@ from gantry.log import around_terminal_lines
 from gantry.media.build import compose
 from gantry.media.files import MediaError
 from gantry.media.local import ATTACH_HELP, fetch_local, local_item, parse_attach
+from gantry.store.space import StorageFull
 
 CHAT_ID = "local"
 SESSION_ID = f"stdio:{CHAT_ID}"
@@ -307,6 +308,10 @@ class StdioChannel:
         except TurnStopped:
             cut = "\n" if stream is not None and stream.mid_line else ""
             self.out.write(cut + STOPPED + "\n")
+            self.out.flush()
+            return
+        except StorageFull as exc:  # nothing was stored: the line must be typed again
+            self.out.write(f"(not answered: {exc}; send it again then)\n")
             self.out.flush()
             return
         finally:

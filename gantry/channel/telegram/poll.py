@@ -30,6 +30,7 @@ from gantry.channel.telegram.retry import Backoff, expected
 from gantry.channel.telegram.store import MAX_ATTEMPTS, Accepted, TelegramStore
 from gantry.channel.telegram.worker import ChatWorkers
 from gantry.media.kinds import dump
+from gantry.store.space import is_full
 
 log = logging.getLogger("gantry.channel.telegram")
 
@@ -117,6 +118,9 @@ class Poller:
                     self._accept(updates)
                 bad_batch = 0
             except Exception as exc:  # not confirmed: the batch comes back on the next poll
+                if is_full(exc):  # not the batch's fault: never skipped, taken when room
+                    await self.workers.wait_for_space(exc)
+                    continue
                 bad_batch += 1
                 ids = [u.update_id for u in updates]
                 delay = backoff.next()

@@ -27,6 +27,14 @@ from gantry.channel.telegram.store import Pending, TelegramStore, next_attempt
 from gantry.channel.telegram.stream import TelegramStream
 from gantry.media.files import MediaError
 from gantry.model.messages import ImagePart
+from gantry.store.space import (
+    FULL_POLL_SECONDS,
+    StorageFull,
+    db_dir,
+    full_error,
+    is_full,
+    wait_for_room,
+)
 
 log = logging.getLogger("gantry.channel.telegram")
 
@@ -55,6 +63,7 @@ class ChatWorkers:
         self.active: set[int] = set()
         self.turning: dict[int, tuple[int, Inbound]] = {}  # chat → its turn's update, message
         self._reading: dict[int, tuple[int, anyio.CancelScope]] = {}  # chat → media being read
+        self.full = False  # a full disk was reported and not yet seen freed (poller's too)
 
     def kick(self, chat: int) -> None:
         if chat not in self.active and self.tg is not None:
@@ -76,6 +85,9 @@ class ChatWorkers:
                 except TurnAborted:
                     return  # shutdown cut the turn: the update stays pending for next start
                 except Exception as exc:
+                    if is_full(exc) or isinstance(exc, StorageFull):
+                        await self.wait_for_space(exc)
+                        continue
                     log.error("chat worker failed; retrying", extra={"chat_id": chat},
                               exc_info=exc)
                     progressed = False
@@ -86,6 +98,32 @@ class ChatWorkers:
         finally:
             self.active.discard(chat)
             self.out.edit_at.pop(chat, None)
+
+    async def wait_for_space(self, exc: Exception) -> None:
+        """A full disk: said once (path and free space), then wait for room and carry on; the
+        update stays pending and its cut attempt is not counted against it. The poller waits
+        here too, so the workers and the poller say it once between them."""
+        if not isinstance(exc, StorageFull):
+            exc = full_error(self.store.conn)
+        if not self.full:
+            self.full = True
+            log.error("cannot store messages: disk full; waiting for space",
+                      extra={"error": str(exc)})
+        directory = db_dir(self.store.conn)
+        while True:
+            await wait_for_room(directory)
+            try:
+                if exc.update_id is not None:
+                    self.store.undo_attempt(exc.update_id)
+                break
+            except Exception as again:
+                if not is_full(again):
+                    raise
+                await anyio.sleep(FULL_POLL_SECONDS)  # room enough to look, not to write
+        if self.full:
+            self.full = False
+            log.warning("disk has room again; answering the pending messages",
+                        extra={"dir": directory})
 
     async def _process(self, row: Pending) -> bool:
         """One step for one update: the turn, then delivery. False means "back off".
@@ -146,6 +184,8 @@ class ChatWorkers:
             row.reply = exc.reply
             return True
         except Exception as exc:  # our errors say what failed without URL or token
+            if is_full(exc) or isinstance(exc, StorageFull):  # the download hit ENOSPC
+                raise full_error(self.store.conn, row.update_id) from None
             transient = isinstance(exc, TRANSIENT)
             failures = 0 if transient else self.store.fail_attempt(row.update_id)
             if transient:
@@ -172,6 +212,8 @@ class ChatWorkers:
             row.reply = STOPPED_REPLY
             return True
         except Exception as exc:
+            if is_full(exc) or isinstance(exc, StorageFull):  # nothing to count it in
+                raise full_error(self.store.conn, row.update_id) from None
             failures = self.store.fail_attempt(row.update_id)
             log.error("turn failed; will retry",
                       extra={"update_id": row.update_id, "chat_id": row.chat_id,
@@ -221,14 +263,14 @@ class ChatWorkers:
                           group=row.chat_id != row.user_id, images=images,
                           on_answer=lambda reply: self.store.set_reply(row.update_id, reply))
         stream = TelegramStream(self.out, row) if self.stream_replies else None
-        ended: TurnAborted | TurnStopped | None = None
+        ended: TurnAborted | TurnStopped | StorageFull | None = None
         self.turning[row.chat_id] = (row.update_id, inbound)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._typing, row.chat_id)
                 try:
                     reply = await self.respond(inbound, stream)
-                except (TurnAborted, TurnStopped) as exc:  # here, not through the task group
+                except (TurnAborted, TurnStopped, StorageFull) as exc:  # not in a group
                     ended = exc
                 finally:
                     tg.cancel_scope.cancel()
