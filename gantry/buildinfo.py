@@ -8,6 +8,15 @@ import sys
 from gantry import __version__
 
 
+def frozen() -> bool:
+    """Whether this is the built executable (its build info is embedded), not a source run."""
+    try:
+        import gantry._build_info  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _from_git() -> tuple[str, str]:
     import subprocess
 

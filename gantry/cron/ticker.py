@@ -249,9 +249,9 @@ class Ticker:
                 run.reply, run.state = reply, "replied"
             await self._deliver(run)
         except Exception as exc:
-            from gantry.store.space import StorageFull, db_dir, full_error, is_full, wait_for_room
+            from gantry.store.space import db_dir, full_error, is_full, wait_for_room
 
-            full = is_full(exc) or isinstance(exc, StorageFull)
+            full = is_full(exc)
             if full and run.state == "started":  # the turn rolled back: run it when room
                 directory = db_dir(self.store.conn)
                 log.error("cron run cut by a full disk; resumed once there is room",

@@ -16,6 +16,7 @@ from pathlib import Path
 import anyio
 from anyio.abc import ByteReceiveStream
 
+from gantry.buildinfo import frozen
 from gantry.media.pdf import CHILD_COMMAND, CPU_GRACE, MEMORY_BYTES, PdfUnreadable
 
 log = logging.getLogger("gantry.media")
@@ -28,9 +29,7 @@ def program() -> list[str]:
     """How to run gantry itself. Frozen, the unpacked program (what /proc/self/exe names: not
     the onefile bootstrap, which would sit between us and the child a kill must reach); from
     source, this interpreter with `-m gantry`."""
-    try:
-        import gantry._build_info  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
-    except ImportError:
+    if not frozen():
         return [sys.executable, "-m", "gantry"]
     try:
         return [os.readlink("/proc/self/exe")]
@@ -40,7 +39,7 @@ def program() -> list[str]:
 
 def child_env() -> dict[str, str]:
     """Nothing of ours (no keys, no tokens): from source only where the package is."""
-    if "gantry._build_info" in sys.modules:
+    if frozen():
         return {}
     root = Path(__file__).resolve().parent.parent.parent
     return {"PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}

@@ -26,7 +26,10 @@ def human(n: int) -> str:
 
 
 def is_full(exc: BaseException) -> bool:
-    """ENOSPC/EDQUOT from the OS, or SQLite's SQLITE_FULL (apsw.FullError)."""
+    """ENOSPC/EDQUOT from the OS, SQLite's SQLITE_FULL (apsw.FullError), or a StorageFull
+    already raised for either."""
+    if isinstance(exc, StorageFull):
+        return True
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
     return type(exc).__name__ == "FullError" and type(exc).__module__ == "apsw"

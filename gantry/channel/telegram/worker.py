@@ -85,7 +85,7 @@ class ChatWorkers:
                 except TurnAborted:
                     return  # shutdown cut the turn: the update stays pending for next start
                 except Exception as exc:
-                    if is_full(exc) or isinstance(exc, StorageFull):
+                    if is_full(exc):
                         await self.wait_for_space(exc)
                         continue
                     log.error("chat worker failed; retrying", extra={"chat_id": chat},
@@ -184,7 +184,7 @@ class ChatWorkers:
             row.reply = exc.reply
             return True
         except Exception as exc:  # our errors say what failed without URL or token
-            if is_full(exc) or isinstance(exc, StorageFull):  # the download hit ENOSPC
+            if is_full(exc):  # the download hit ENOSPC
                 raise full_error(self.store.conn, row.update_id) from None
             transient = isinstance(exc, TRANSIENT)
             failures = 0 if transient else self.store.fail_attempt(row.update_id)
@@ -212,7 +212,7 @@ class ChatWorkers:
             row.reply = STOPPED_REPLY
             return True
         except Exception as exc:
-            if is_full(exc) or isinstance(exc, StorageFull):  # nothing to count it in
+            if is_full(exc):  # nothing to count it in
                 raise full_error(self.store.conn, row.update_id) from None
             failures = self.store.fail_attempt(row.update_id)
             log.error("turn failed; will retry",
