@@ -72,13 +72,18 @@ class Scheduled:
     async def once(self) -> bool:
         try:
             done = await anyio.to_thread.run_sync(self.take, abandon_on_cancel=True)
-        except (BackupError, OSError) as exc:
+        except Exception as exc:  # an error boundary: a backup never stops gantry
             self.failures += 1
             self.failed_total += 1
-            self.last_error = str(exc) if isinstance(exc, BackupError) else \
-                f"{self.directory}: {exc.strerror}"
+            if isinstance(exc, BackupError):
+                self.last_error = str(exc)
+            elif isinstance(exc, OSError):
+                self.last_error = f"{self.directory}: {exc.strerror}"
+            else:
+                self.last_error = f"unexpected {type(exc).__name__}"
             log.error("scheduled backup failed", extra={
-                "error": self.last_error, "failures_in_a_row": self.failures})
+                "error": self.last_error, "failures_in_a_row": self.failures},
+                exc_info=None if isinstance(exc, (BackupError, OSError)) else exc)
             return False
         self.failures, self.last_ok = 0, done
         log.info("scheduled backup written", extra={"backup": done, "dir": str(self.directory)})
