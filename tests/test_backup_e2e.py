@@ -33,6 +33,7 @@ def gantry(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 
 def answered_texts(db: Path) -> set[str]:
     conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    conn.set_busy_timeout(5000)  # gantry may be writing (or switching to WAL at its start)
     try:
         rows = conn.execute("SELECT text FROM telegram_update WHERE state = 'answered'")
         return {str(t) for (t,) in rows}
