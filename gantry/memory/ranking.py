@@ -18,6 +18,8 @@ K1 = 1.2  # BM25 term-frequency saturation
 B = 0.75  # BM25 length normalization
 SUBJECT_BOOST = 1.25  # the query names what the row is about (a word of its subject)
 STEM_WEIGHT = 0.9  # a match by stem only ('adopted' for 'adopt') against an exact match
+FORM_WEIGHT = STEM_WEIGHT  # an irregular inflection ('gave' for 'give') is a stem match
+RELATED_WEIGHT = 0.3  # a related word ('kid' for 'child'): well below any form of the word
 RECENCY_WEIGHT = 0.1  # a fresh row scores at most this much more than an old one
 RECENCY_DAYS = 30.0  # ... halving with every RECENCY_DAYS of age
 _WORD = re.compile(r"\w+")
@@ -123,6 +125,9 @@ class Term:
     exact: tuple[str, ...]
     stems: tuple[str, ...]
     weight: float
+    # Other words that count for it, as (stems, factor): an inflection the stemmer misses
+    # ('gave' for 'give', FORM_WEIGHT) or a related word ('kid' for 'child', RELATED_WEIGHT).
+    alts: tuple[tuple[tuple[str, ...], float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,7 +150,9 @@ def _count(tokens: Sequence[str], want: tuple[str, ...]) -> int:
 def relevance(terms: Sequence[Term], row: Tokens, avg_length: float) -> float:
     """BM25 of `row` (subject and content as one text) for `terms`, a match by stem alone
     STEM_WEIGHT of an exact one; × SUBJECT_BOOST when a query word is a word of the row's
-    subject (a question about Caroline prefers rows about her over rows naming her).
+    subject (a question about Caroline prefers rows about her over rows naming her). A row
+    without the word counts the best of its alternates instead (Term.alts: an inflection
+    FORM_WEIGHT, a related word RELATED_WEIGHT), never more than one of them.
 
     A separate subject column weight (×2) was measured and changed nothing: the boost is
     what makes the subject count."""
@@ -154,12 +161,26 @@ def relevance(terms: Sequence[Term], row: Tokens, avg_length: float) -> float:
     named = False
     for term in terms:
         tf = _count(row.stems, term.stems)
-        if tf <= 0:
-            continue
-        named = named or _count(row.subject, term.exact) > 0
-        exact = _count(row.exact, term.exact) > 0
-        score += term.weight * tf * (K1 + 1.0) / (tf + norm) * (1.0 if exact else STEM_WEIGHT)
+        if tf > 0:
+            named = named or _count(row.subject, term.exact) > 0
+            factor = 1.0 if _count(row.exact, term.exact) > 0 else STEM_WEIGHT
+        else:
+            tf, factor = _alternate(row.stems, term.alts)
+            if tf <= 0:
+                continue
+        score += term.weight * tf * (K1 + 1.0) / (tf + norm) * factor
     return score * SUBJECT_BOOST if named else score
+
+
+def _alternate(
+    tokens: Sequence[str], alts: Sequence[tuple[tuple[str, ...], float]]
+) -> tuple[int, float]:
+    """(count, factor) of the best-weighted alternate word present in `tokens`, or (0, 0)."""
+    best = (0, 0.0)
+    for stems, factor in alts:
+        if factor > best[1] and (tf := _count(tokens, stems)) > 0:
+            best = (tf, factor)
+    return best
 
 
 def recency(age_days: float) -> float:

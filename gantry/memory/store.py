@@ -17,7 +17,7 @@ from typing import Any
 
 import apsw
 
-from gantry.memory import ranking
+from gantry.memory import lexicon, ranking
 from gantry.memory.ranking import QUERY_TERMS, Term, Tokens, idf, match_expr, quoted, recency
 
 KINDS = ("fact", "preference", "person", "episode", "insight")
@@ -32,6 +32,7 @@ CANDIDATES = 200  # rows an all-words (forget) match considers, newest first
 MMAP_BYTES = 256 << 20
 PER_TERM = 64  # newest matches read per query word: bounds recall's cost on a common word
 RESCORE = 20  # best rows by matched IDF that are re-scored with BM25 from their own tokens
+ALT_CACHE = 4096  # query words whose lexicon alternates a store keeps tokenized
 TOKENIZER = ("unicode61", "remove_diacritics", "2")  # memory_fts's, under its Porter stemmer
 TTL_DAYS = {"episode": 30}  # per kind; kinds not listed never expire (spec §7.1)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -246,6 +247,8 @@ class MemoryStore:
         # The index's own tokenizers, so recall's re-scoring sees exactly the words it matched.
         self._stemmer = conn.fts5_tokenizer("porter", list(TOKENIZER))
         self._exact = conn.fts5_tokenizer(TOKENIZER[0], list(TOKENIZER[1:]))
+        # word → its lexicon alternates as index stems: a word's stems never change.
+        self._alt_cache: dict[str, list[tuple[list[tuple[str, tuple[str, ...]]], float]]] = {}
         self.fill_grams()
 
     def now(self) -> str:
@@ -410,18 +413,18 @@ class MemoryStore:
             if not stems or stems in seen:
                 continue
             seen.add(stems)
-            found = [
-                int(r[0])
-                for r in self.conn.execute(
-                    "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? "
-                    "ORDER BY rowid DESC LIMIT ?",
-                    (quoted(word), PER_TERM),
-                )
-            ]
+            found = self._newest(quoted(word))
             weight = idf(estimate_df(found, top, PER_TERM), max(top, 1))
-            wanted.append(Term(tuple(self._tokens(word, stem=False)), stems, weight))
             for rid in found:
                 coarse[rid] = coarse.get(rid, 0.0) + weight
+            alts: list[tuple[tuple[str, ...], float]] = []
+            for group, factor in self._alternates(word, stems):
+                alts += [(stems_of, factor) for _, stems_of in group]
+                direct = set(found)
+                for rid in self._newest(match_expr([w for w, _ in group])):
+                    if rid not in direct:  # a row holding the word itself is credited once
+                        coarse[rid] = coarse.get(rid, 0.0) + weight * factor
+            wanted.append(Term(tuple(self._tokens(word, stem=False)), stems, weight, tuple(alts)))
         best = sorted(coarse, key=lambda r: (coarse[r], r), reverse=True)[
             : max(RESCORE, limit * 2)
         ]
@@ -437,6 +440,45 @@ class MemoryStore:
         ]
         scored.sort(key=lambda x: (x[0], x[1]), reverse=True)
         return [r for _, _, r in scored[:limit]]
+
+    def _alternates(
+        self, word: str, stems: tuple[str, ...]
+    ) -> list[tuple[list[tuple[str, tuple[str, ...]]], float]]:
+        """The lexicon's other words for `word` with their index stems, in two groups:
+        inflections (FORM_WEIGHT) and related words (RELATED_WEIGHT). A word the stemmer
+        already joins to `word` is left out: it is found as `word`."""
+        cached = self._alt_cache.get(word)
+        if cached is not None:
+            return cached
+        if len(self._alt_cache) >= ALT_CACHE:
+            self._alt_cache.clear()
+        forms, related = lexicon.load().alternates(word, stems[0] if len(stems) == 1 else None)
+        out: list[tuple[list[tuple[str, tuple[str, ...]]], float]] = []
+        skip = {stems}
+        for group, factor in ((forms, ranking.FORM_WEIGHT), (related, ranking.RELATED_WEIGHT)):
+            kept = []
+            for w in group:
+                s = tuple(self._tokens(w, stem=True))
+                if s and s not in skip:
+                    skip.add(s)
+                    kept.append((w, s))
+            if kept:
+                out.append((kept, factor))
+        self._alt_cache[word] = out
+        return out
+
+    def _newest(self, match: str | None) -> list[int]:
+        """Rowids of the newest PER_TERM rows matching an FTS5 expression."""
+        if match is None:
+            return []
+        return [
+            int(r[0])
+            for r in self.conn.execute(
+                "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? "
+                "ORDER BY rowid DESC LIMIT ?",
+                (match, PER_TERM),
+            )
+        ]
 
     def _containing_all(self, query: str, limit: int, active: bool) -> list[Row]:
         """Active rows holding every word of `query` as written (the stemmed index finds
