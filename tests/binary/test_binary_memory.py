@@ -149,3 +149,17 @@ def test_run_with_itself_as_the_mcp_memory_backend(
     child = sandbox.run([INSTALL_PATH, "memory", "list"], env={"DATA_DIR": "/data/mem"},
                         data=data)
     assert "(fact) chris: climbs on Tuesdays" in child.stdout, child.stderr
+
+
+def test_recall_reads_the_packaged_lexicon(sandbox: Sandbox) -> None:
+    """The WordNet-derived lexicon is package data inside the onefile binary: 'give' finds
+    a row that only says 'gave' (an irregular form), 'children' one that says 'kids'."""
+    data = sandbox.new_data_dir("lexicon")
+    for content in ("chris gave a talk at school", "ana's kids love dinosaurs"):
+        added = sandbox.run([INSTALL_PATH, "memory", "add", content],
+                            env={"DATA_DIR": "/data"}, data=data)
+        assert added.returncode == 0, added.stderr
+    for query, want in (("give", "chris gave a talk"), ("children", "ana's kids")):
+        found = sandbox.run([INSTALL_PATH, "memory", "search", query],
+                            env={"DATA_DIR": "/data"}, data=data)
+        assert want in found.stdout, (query, found.stdout, found.stderr)
