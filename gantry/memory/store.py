@@ -398,6 +398,8 @@ class MemoryStore:
         terms, estimated for common ones. The RESCORE rows with the most matched IDF are then
         scored with BM25 from their own tokens (ranking.relevance), so a row is credited for
         every query word it holds, not only for words whose newest matches it was among.
+        A word's irregular forms and related words (lexicon.py) are read the same way, one
+        index read per group, and count below the word itself (Term.alts).
         mode="and" keeps only rows containing every word exactly (used by forget).
         """
         if limit <= 0:
