@@ -35,14 +35,24 @@ def test_the_packaged_lexicon_loads_with_its_notice() -> None:
     assert {"gave", "given"} <= set(lex.inflections("give"))
     assert "give" in lex.inflections("gave")
     assert "kid" in lex.related["child"]
+    assert "marriage" in lex.derived["marry"]
 
 
 def test_alternates_look_up_by_stem_and_bring_related_words_forms() -> None:
     lex = lexicon.parse(["f child children", "s kid child youngster", "f give gave given",
                          "s give afford"])
-    assert lex.alternates("kids", "kid") == (["kid"], ["child", "children", "youngster"])
-    assert lex.alternates("gave", "gave") == (["give", "given"], ["afford"])  # base's words
-    assert lex.alternates("unknown", "unknown") == ([], [])
+    kids = lex.alternates("kids", "kid")
+    assert (kids.forms, kids.related) == (["kid"], ["child", "children", "youngster"])
+    gave = lex.alternates("gave", "gave")
+    assert (gave.forms, gave.related) == (["give", "given"], ["afford"])  # its base's words
+    assert lex.alternates("unknown", "unknown") == lexicon.Alternates([], [], [])
+
+
+def test_derivations_come_before_related_words_and_never_twice() -> None:
+    lex = lexicon.parse(["d marry marriage", "s marry wed marriage", "f marry married"])
+    alt = lex.alternates("married", "marri")
+    assert alt == lexicon.Alternates(["marry"], ["marriage"], ["wed"])
+    assert lex.alternates("marrying", "marri") == lexicon.Alternates([], [], [])
 
 
 @given(st.lists(st.text(max_size=40), max_size=20))
@@ -110,10 +120,45 @@ def test_a_two_part_question_has_both_rows_in_its_top_five(store: MemoryStore) -
 
 
 def test_lexicon_expansion_is_bounded(store: MemoryStore) -> None:
-    """Every query word brings at most two extra index reads, whatever the lexicon says."""
+    """Every query word brings at most three extra index reads (inflections, derivations,
+    related words), whatever the lexicon says."""
     lex = lexicon.load()
-    words = [w for w in lex.related if len(lex.related[w]) > 5][:ranking.QUERY_TERMS]
+    words = [w for w in lex.related if len(lex.related[w]) > 5 and w in lex.derived]
+    assert len(words) >= ranking.QUERY_TERMS
+    words = words[: ranking.QUERY_TERMS]
     reads: list[str] = []
     store.conn.exec_trace = lambda _c, sql, _b: reads.append(sql) or True
     store.search(" ".join(words))
-    assert sum("memory_fts MATCH" in sql for sql in reads) <= 3 * ranking.QUERY_TERMS
+    assert sum("memory_fts MATCH" in sql for sql in reads) <= 4 * ranking.QUERY_TERMS + 1
+
+
+def test_a_derived_word_finds_its_row(store: MemoryStore) -> None:
+    """'marry' → 'marriage' (the stems differ: marri, marriag)."""
+    store.add("fact", "Jon", "Jon's marriage ended two years ago")
+    store.add("fact", "Jon", "Jon likes dancing")
+    top = store.search("When did Jon marry?", 5)
+    assert top[0].content.startswith("Jon's marriage")
+
+
+def test_words_side_by_side_as_asked_outrank_the_same_words_apart(store: MemoryStore) -> None:
+    store.add("fact", "Caroline", "Caroline felt pride at the parade")
+    store.add("fact", "Caroline", "Caroline went to a pride parade with her friends last week")
+    top = store.search("When did Caroline go to a pride parade?", 5)
+    assert top[0].content.startswith("Caroline went to a pride parade")
+
+
+def test_the_pair_bonus_needs_adjacent_query_words() -> None:
+    a, b = Term(("pride",), ("pride",), 2.0), Term(("parade",), ("parade",), 3.0)
+    row = Tokens([], ["pride", "parade", "x"], ["pride", "parade", "x"])
+    apart = Tokens([], ["pride", "x", "parade"], ["pride", "x", "parade"])
+    assert ranking.pairs_bonus([a, b], row, 3.0) > 0
+    assert ranking.pairs_bonus([a, b], apart, 3.0) == 0
+    assert ranking.pairs_bonus([a], row, 3.0) == 0
+
+
+@given(st.lists(WORD, max_size=12), st.lists(WORD, min_size=1, max_size=5))
+def test_the_pair_bonus_is_bounded(row: list[str], query: list[str]) -> None:
+    """Never negative, and at most PAIR_WEIGHT × (k1 + 1) × the mean weight per pair."""
+    terms = [Term((w,), (w,), 1.0) for w in dict.fromkeys(query)]
+    bonus = ranking.pairs_bonus(terms, Tokens([], row, row), 4.0)
+    assert 0 <= bonus <= ranking.PAIR_WEIGHT * (ranking.K1 + 1) * max(0, len(terms) - 1) + 1e-9

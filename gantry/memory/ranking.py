@@ -8,6 +8,7 @@ questions (bench/memory_quality.py); docs/memory.md explains the ranking.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Sequence
@@ -19,7 +20,9 @@ B = 0.75  # BM25 length normalization
 SUBJECT_BOOST = 1.25  # the query names what the row is about (a word of its subject)
 STEM_WEIGHT = 0.9  # a match by stem only ('adopted' for 'adopt') against an exact match
 FORM_WEIGHT = STEM_WEIGHT  # an irregular inflection ('gave' for 'give') is a stem match
+DERIVED_WEIGHT = 0.8  # a derivation ('marriage' for 'married'): the same idea, another word
 RELATED_WEIGHT = 0.3  # a related word ('kid' for 'child'): well below any form of the word
+PAIR_WEIGHT = 0.25  # two query words side by side in a row, as in the query: a phrase
 RECENCY_WEIGHT = 0.1  # a fresh row scores at most this much more than an old one
 RECENCY_DAYS = 30.0  # ... halving with every RECENCY_DAYS of age
 _WORD = re.compile(r"\w+")
@@ -126,7 +129,8 @@ class Term:
     stems: tuple[str, ...]
     weight: float
     # Other words that count for it, as (stems, factor): an inflection the stemmer misses
-    # ('gave' for 'give', FORM_WEIGHT) or a related word ('kid' for 'child', RELATED_WEIGHT).
+    # ('gave' for 'give', FORM_WEIGHT), a derivation ('marriage' for 'marry', DERIVED_WEIGHT)
+    # or a related word ('kid' for 'child', RELATED_WEIGHT).
     alts: tuple[tuple[tuple[str, ...], float], ...] = ()
 
 
@@ -152,7 +156,8 @@ def relevance(terms: Sequence[Term], row: Tokens, avg_length: float) -> float:
     STEM_WEIGHT of an exact one; × SUBJECT_BOOST when a query word is a word of the row's
     subject (a question about Caroline prefers rows about her over rows naming her). A row
     without the word counts the best of its alternates instead (Term.alts: an inflection
-    FORM_WEIGHT, a related word RELATED_WEIGHT), never more than one of them.
+    FORM_WEIGHT, a derivation DERIVED_WEIGHT, a related word RELATED_WEIGHT), never more
+    than one of them.
 
     A separate subject column weight (×2) was measured and changed nothing: the boost is
     what makes the subject count."""
@@ -181,6 +186,28 @@ def _alternate(
         if factor > best[1] and (tf := _count(tokens, stems)) > 0:
             best = (tf, factor)
     return best
+
+
+def pairs_bonus(terms: Sequence[Term], row: Tokens, avg_length: float) -> float:
+    """Extra BM25 credit for query words that stand side by side in `row` as in the query
+    ('pride parade', 'Door Dash'): PAIR_WEIGHT × their mean IDF per adjacent occurrence
+    (either order), saturating like BM25's tf; 0 for a one-word query. A phrase outranks
+    the same words scattered over a row (a sequential-dependence term)."""
+    if len(terms) < 2:
+        return 0.0
+    at: dict[str, list[int]] = {}
+    for i, t in enumerate(row.stems):
+        at.setdefault(t, []).append(i)
+    norm = K1 * (1.0 - B + B * len(row.stems) / max(avg_length, 1.0))
+    out = 0.0
+    for a, b in itertools.pairwise(terms):
+        if len(a.stems) != 1 or len(b.stems) != 1:
+            continue
+        later = at.get(b.stems[0], [])
+        n = sum(1 for x in at.get(a.stems[0], []) for y in later if abs(y - x) == 1)
+        if n:
+            out += PAIR_WEIGHT * (a.weight + b.weight) / 2 * n * (K1 + 1.0) / (n + norm)
+    return out
 
 
 def recency(age_days: float) -> float:

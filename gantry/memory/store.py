@@ -437,7 +437,8 @@ class MemoryStore:
         avg = sum(len(t.stems) for t in tokens) / len(tokens)
         now = self.clock()
         scored = [
-            (ranking.relevance(wanted, t, avg) * recency(self._age_days(r, now)), int(r.id), r)
+            ((ranking.relevance(wanted, t, avg) + ranking.pairs_bonus(wanted, t, avg))
+             * recency(self._age_days(r, now)), int(r.id), r)
             for r, t in zip(rows, tokens, strict=True)
         ]
         scored.sort(key=lambda x: (x[0], x[1]), reverse=True)
@@ -446,18 +447,21 @@ class MemoryStore:
     def _alternates(
         self, word: str, stems: tuple[str, ...]
     ) -> list[tuple[list[tuple[str, tuple[str, ...]]], float]]:
-        """The lexicon's other words for `word` with their index stems, in two groups:
-        inflections (FORM_WEIGHT) and related words (RELATED_WEIGHT). A word the stemmer
+        """The lexicon's other words for `word` with their index stems, in up to three
+        groups: inflections (FORM_WEIGHT), derivations (DERIVED_WEIGHT) and related words
+        (RELATED_WEIGHT). A word the stemmer
         already joins to `word` is left out: it is found as `word`."""
         cached = self._alt_cache.get(word)
         if cached is not None:
             return cached
         if len(self._alt_cache) >= ALT_CACHE:
             self._alt_cache.clear()
-        forms, related = lexicon.load().alternates(word, stems[0] if len(stems) == 1 else None)
+        alt = lexicon.load().alternates(word, stems[0] if len(stems) == 1 else None)
         out: list[tuple[list[tuple[str, tuple[str, ...]]], float]] = []
         skip = {stems}
-        for group, factor in ((forms, ranking.FORM_WEIGHT), (related, ranking.RELATED_WEIGHT)):
+        for group, factor in ((alt.forms, ranking.FORM_WEIGHT),
+                              (alt.derived, ranking.DERIVED_WEIGHT),
+                              (alt.related, ranking.RELATED_WEIGHT)):
             kept = []
             for w in group:
                 s = tuple(self._tokens(w, stem=True))
