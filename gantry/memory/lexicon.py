@@ -10,12 +10,14 @@ inflection, matched like a stem), 'marriage' for 'married' (a derivation) or 'ki
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 
 ALTERNATES = 8  # related words looked for per query word, at most (the list's order)
 LINE_MAX = 4096  # a longer line is not a lexicon line (a damaged file stays bounded)
+_LINE = re.compile(r"[fds](?: [a-z]+){2,}\Z")  # a kind, then two or more lowercase words
 
 
 @dataclass(frozen=True)
@@ -76,9 +78,9 @@ def parse(lines: Iterable[str]) -> Lexicon:
     families: dict[str, set[str]] = {}
     tables: dict[str, dict[str, tuple[str, ...]]] = {"d": {}, "s": {}}
     for line in lines:
-        kind, *words = (line.split() if len(line) <= LINE_MAX else None) or [""]
-        if len(words) < 2 or not all(w.isalpha() and w.islower() for w in words):
+        if len(line) > LINE_MAX or _LINE.match(line) is None:
             continue
+        kind, *words = line.split()
         if kind == "f":
             family = set(words)
             for w in words:
