@@ -54,6 +54,7 @@ from gantry.session import (
     render_for_summary,
     unanswered_calls,
 )
+from gantry.steer import Steer, fold, is_followup
 from gantry.tools import CALLER, Offer, Registry, offered
 from gantry.turns import tool_call
 
@@ -111,10 +112,13 @@ def resume_point(history: Sequence[Message], user: UserMessage) -> int | None:
     """Tool rounds already recorded for `user`'s turn, if this is that turn retried; else None.
 
     A turn is being retried when the newest user message is `user` and nothing after it is a
-    final answer: only tool-call messages and their results, recorded round by round.
+    final answer: only tool-call messages and their results, recorded round by round, and
+    the follow-ups folded in between them.
     """
     for i in range(len(history) - 1, -1, -1):
         m = history[i]
+        if isinstance(m, UserMessage) and m != user and is_followup(m):
+            continue  # folded into the turn (gantry.steer): the turn goes on past it
         if isinstance(m, UserMessage):
             if m != user:
                 return None
@@ -227,7 +231,7 @@ class Agent:
             due = msg.scheduled_for if msg.scheduled else None
             return await self._turn(msg.session_id, msg.text, stream, shared=msg.group,
                                     on_answer=msg.on_answer, scheduled_for=due,
-                                    images=msg.images)
+                                    images=msg.images, steer=msg.steer)
         except TurnFailed as exc:
             if msg.scheduled:
                 raise
@@ -288,14 +292,15 @@ class Agent:
     async def _turn(
         self, session_id: str, text: str, stream: ReplyStream | None, *, shared: bool = False,
         on_answer: Callable[[str], None] | None = None, scheduled_for: float | None = None,
-        images: Sequence[ImagePart] = (),
+        images: Sequence[ImagePart] = (), steer: Steer | None = None,
     ) -> str:
         """One turn; `shared` (a group chat, read by others) leaves long-term memory out of
         the prompt and its tools out of the offer, and refuses them if called anyway.
 
         `on_answer` (the channel's record of the reply) commits with the final answer;
         `scheduled_for` (unix seconds) marks a turn the scheduler started, due then.
-        `images` go with `text` as content parts of the user message.
+        `images` go with `text` as content parts of the user message; `steer` gives the
+        follow-ups folded in after each tool round (gantry.steer).
         """
         from gantry.model.errors import ProviderError
 
@@ -330,6 +335,11 @@ class Agent:
                 history = ordered_results([*history, *results])
                 used += [c.function.name for c in pending]
             while True:
+                # After a tool round (or resuming one): the user's follow-ups join the turn.
+                if steer is not None and rounds and (
+                        added := await fold(steer, self.sessions, session_id)):
+                    history += added
+                    texts = [*(m.text for m in reversed(added)), *texts]
                 capped = rounds >= self.max_iterations
                 if capped:
                     log.warning("tool-call limit reached; asking for an answer without tools",

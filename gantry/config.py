@@ -18,6 +18,7 @@ SECRETS = ("LLM_API_KEY", "TELEGRAM_BOT_TOKEN", "LLM_TRANSCRIBE_API_KEY")
 CHANNELS = ("telegram", "stdio")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 TELEGRAM_GROUP_MODES = ("off", "mention")
+FOLLOWUP_MODES = ("steer", "queue")  # FOLLOWUPS: see gantry/steer.py
 LOG_FORMATS = ("auto", "json", "text")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -63,6 +64,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     watch_max: int = 20
     watch_min_interval_seconds: int = 60
     stream_replies: bool = False
+    followups: str = "steer"  # a message sent while a turn runs: folded into it, or queued
     elicitation_timeout_seconds: int = 300
     log_level: str = "info"
     log_format: str = "auto"
@@ -281,6 +283,13 @@ def load(
         )
     else:
         values["telegram_groups"] = groups
+
+    followups = values.get("followups", "steer").lower()
+    if followups not in FOLLOWUP_MODES:
+        problems.append(
+            f"FOLLOWUPS must be one of {', '.join(FOLLOWUP_MODES)}, got {followups[:40]!r}")
+    else:
+        values["followups"] = followups
 
     level = values.get("log_level", "info").lower()
     if level not in LOG_LEVELS:

@@ -68,7 +68,8 @@ def build_channel(
             return Intro(cfg.llm_model, tools, count, summary)
 
         return StdioChannel(stream_replies=cfg.stream_replies,
-                            intro=intro if agent is not None else None, media=media)
+                            intro=intro if agent is not None else None, media=media,
+                            followups=cfg.followups)
     from gantry.channel.telegram import TelegramChannel
 
     return TelegramChannel(
@@ -80,6 +81,7 @@ def build_channel(
         stream_replies=cfg.stream_replies,
         ssl_context=ssl_context,
         media=media,
+        followups=cfg.followups,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 import msgspec
 
 from gantry.model.messages import ImagePart
+from gantry.steer import Steer
 
 Progress = Callable[[int, int], None]
 
@@ -53,13 +54,19 @@ def is_stop(text: str) -> bool:
     return bool(words) and words[0].split("@", 1)[0].lower() in STOP_COMMANDS
 
 
+def is_command(text: str) -> bool:
+    """Whether the first word is command-shaped (`/usr/bin …` is no command: a command is a
+    word of letters, digits and underscores after the slash, maybe `@botname`)."""
+    words = text.strip().split(maxsplit=1)
+    return bool(words) and _COMMAND.fullmatch(words[0]) is not None
+
+
 def unknown_command(text: str) -> str | None:
     """The reply to a command-shaped first word the agent does not know, else None: a typo
-    such as `/stauts` is answered, not sent to the model as a message. (`/usr/bin …` is no
-    command: a command is a word of letters, digits and underscores after the slash.)"""
-    words = text.strip().split(maxsplit=1)
-    if not words or not _COMMAND.fullmatch(words[0]):
+    such as `/stauts` is answered, not sent to the model as a message."""
+    if not is_command(text):
         return None
+    words = text.strip().split(maxsplit=1)
     command = words[0].split("@", 1)[0].lower()
     if command in COMMANDS:
         return None
@@ -93,6 +100,9 @@ class Inbound(msgspec.Struct, frozen=True):
     images: tuple[ImagePart, ...] = ()
     """Images sent with the message (gantry.media): they go to the model as content parts
     after `text`, which describes them and holds any caption."""
+    steer: Steer | None = None
+    """The same user's follow-ups, folded into this turn between its rounds (gantry.steer);
+    None: FOLLOWUPS=queue, or a channel without them."""
 
     @property
     def session_id(self) -> str:

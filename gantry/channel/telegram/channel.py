@@ -46,6 +46,7 @@ class TelegramChannel:
         poll_timeout: int = POLL_TIMEOUT,
         ssl_context: ssl.SSLContext | None = None,
         media: MediaReader | None = None,
+        followups: str = "steer",
     ) -> None:
         self.allowed = frozenset(allowed_users)
         self.store = TelegramStore(conn)
@@ -54,7 +55,7 @@ class TelegramChannel:
         self.media = TelegramMedia(self.bot, media)
         self.out = Delivery(self.bot, self.store)
         self.workers = ChatWorkers(self.name, self.store, self.media, self.out,
-                                   stream_replies=stream_replies)
+                                   stream_replies=stream_replies, followups=followups)
         self.poller = Poller(self.bot, self.store, self.workers, self.out, self.dialog,
                              self.media, allowed=self.allowed, groups=groups,
                              poll_timeout=poll_timeout)

@@ -23,6 +23,7 @@ from gantry.channel.telegram import retry
 from gantry.channel.telegram.delivery import Delivery
 from gantry.channel.telegram.media import TelegramMedia
 from gantry.channel.telegram.retry import TRANSIENT, Backoff, permanent
+from gantry.channel.telegram.steer import steer_for
 from gantry.channel.telegram.store import Pending, TelegramStore, next_attempt
 from gantry.channel.telegram.stream import TelegramStream
 from gantry.media.files import MediaError
@@ -52,12 +53,13 @@ class ChatWorkers:
     """The per-chat workers of one TelegramChannel, started by `kick` in its task group."""
 
     def __init__(self, name: str, store: TelegramStore, media: TelegramMedia, out: Delivery,
-                 *, stream_replies: bool) -> None:
+                 *, stream_replies: bool, followups: str = "steer") -> None:
         self.name = name
         self.store = store
         self.media = media
         self.out = out
         self.stream_replies = stream_replies
+        self.followups = followups  # FOLLOWUPS: "steer" folds the author's follow-ups in
         self.respond: Responder | None = None
         self.tg: Any = None
         self.active: set[int] = set()
@@ -261,7 +263,8 @@ class ChatWorkers:
         inbound = Inbound(channel=self.name, chat_id=str(row.chat_id), user_id=str(row.user_id),
                           text=text, message_id=str(row.message_id),
                           group=row.chat_id != row.user_id, images=images,
-                          on_answer=lambda reply: self.store.set_reply(row.update_id, reply))
+                          on_answer=lambda reply: self.store.set_reply(row.update_id, reply),
+                          steer=steer_for(self.store, row) if self.followups == "steer" else None)
         stream = TelegramStream(self.out, row) if self.stream_replies else None
         ended: TurnAborted | TurnStopped | StorageFull | None = None
         self.turning[row.chat_id] = (row.update_id, inbound)
