@@ -15,9 +15,10 @@ from gantry.steer import FOLLOWUP_MARK
 from tests.fakes.mcp_servers import everything_command, toml_server
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
 from tests.fakes.telegram import FakeTelegram
-from tests.test_telegram_e2e import USER, Gantry, fakes, run, states, wait  # noqa: F401
+from tests.test_telegram_e2e import USER, Gantry, fakes, run, states, wait
 
 pytestmark = pytest.mark.slow
+__all__ = ["fakes", "run"]  # fixtures used by name
 
 LONG = Call("every__trigger-long-running-operation", {"duration": 4, "steps": 4}, id="op1")
 
