@@ -38,6 +38,21 @@ def manifest(tmp_path: Path) -> str:
     return str(path)
 
 
+def follow_up_during_the_call(fakes: tuple[FakeTelegram, FakeOpenAI],
+                              run: Callable[..., Gantry], tmp_path: Path
+                              ) -> tuple[Gantry, dict[str, str], str]:
+    """gantry started with server-everything; "book a table", then the follow-up once the
+    model has asked for the long call. (gantry, its extra env, its DATA_DIR)."""
+    tg, llm = fakes
+    env = {"MCP_MANIFEST": manifest(tmp_path), "TOOLS_MAX_PER_TURN": "50"}
+    g = run(**env)
+    wait(lambda: tg.calls("getUpdates"), 120, "the poller")
+    tg.push_text(USER, "book a table")
+    wait(lambda: len(llm.requests) >= 1, 120, "the tool call")
+    tg.push_text(USER, "and make it Friday")
+    return g, env, g.env["DATA_DIR"]
+
+
 def user_texts(llm: FakeOpenAI, i: int) -> list[str]:
     from tests.test_telegram_steer import user_texts as texts
 
@@ -53,13 +68,7 @@ def test_kill_between_the_fold_and_the_answer_answers_once_covering_both(
     the long-running call not run again."""
     tg, llm = fakes
     llm.push(ToolCalls([LONG]), Reply("never sent", delay=600))
-    env = {"MCP_MANIFEST": manifest(tmp_path), "TOOLS_MAX_PER_TURN": "50"}
-    g = run(**env)
-    wait(lambda: tg.calls("getUpdates"), 120, "the poller")
-    tg.push_text(USER, "book a table")
-    wait(lambda: len(llm.requests) >= 1, 120, "the tool call")
-    tg.push_text(USER, "and make it Friday")
-    data = g.env["DATA_DIR"]
+    g, env, data = follow_up_during_the_call(fakes, run, tmp_path)
     wait(lambda: states(data).get("and make it Friday") == "folded", 60, "the fold")
     wait(lambda: len(llm.requests) >= 2, 60, "the answer after the fold")
     assert user_texts(llm, 1) == ["book a table", FOLLOWUP_MARK + "and make it Friday"]
@@ -88,13 +97,7 @@ def test_kill_before_the_fold_lets_the_resumed_turn_take_the_follow_up(
     reply answers both."""
     tg, llm = fakes
     llm.push(ToolCalls([LONG]))
-    env = {"MCP_MANIFEST": manifest(tmp_path), "TOOLS_MAX_PER_TURN": "50"}
-    g = run(**env)
-    wait(lambda: tg.calls("getUpdates"), 120, "the poller")
-    tg.push_text(USER, "book a table")
-    wait(lambda: len(llm.requests) >= 1, 120, "the tool call")
-    tg.push_text(USER, "and make it Friday")
-    data = g.env["DATA_DIR"]
+    g, env, data = follow_up_during_the_call(fakes, run, tmp_path)
     wait(lambda: states(data).get("and make it Friday") == "accepted", 60, "the follow-up")
     g.stop(signal.SIGKILL)  # the 4 s call is still running
     assert states(data)["and make it Friday"] == "accepted"

@@ -9,9 +9,7 @@ answers both.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -23,7 +21,8 @@ import pytest
 from gantry.steer import FOLLOWUP_MARK
 from tests.binary.rootfs import Sandbox
 from tests.binary.test_binary import WAIT, _run_env, binds, etc_gantry, start
-from tests.fakes.mcp_servers import live_children, static_fixture, toml_server
+from tests.binary.test_binary_watch import static_binds
+from tests.fakes.mcp_servers import live_children
 from tests.fakes.openai import Call, Reply, ToolCalls, without_footer
 from tests.fakes.telegram import FakeTelegram
 
@@ -38,17 +37,7 @@ USER = 7
 
 @pytest.fixture
 def steer_binds(tmp_path_factory: pytest.TempPathFactory, sandbox: Sandbox) -> dict[str, Path]:
-    opt = tmp_path_factory.mktemp("opt-mcp-steer")
-    shutil.copy(static_fixture(), opt / "mcp-static")
-    (opt / "mcp-static").chmod(0o755)
-    opt.chmod(0o755)
-    etc = tmp_path_factory.mktemp("etc-gantry-steer")
-    (etc / "mcp.toml").write_text(toml_server("st", ["/opt/mcp/mcp-static"],
-                                              env={"STATIC_TOOLS": json.dumps(SLEEP_TOOL)}))
-    (etc / "mcp.toml").chmod(0o644)
-    etc.chmod(0o755)
-    (sandbox.root / "opt" / "mcp").mkdir(parents=True, exist_ok=True)
-    return {"/opt/mcp": opt, "/etc/gantry": etc}
+    return static_binds(tmp_path_factory, sandbox, SLEEP_TOOL, "steer")
 
 
 def states(db: Path) -> dict[str, str]:
