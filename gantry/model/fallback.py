@@ -235,12 +235,13 @@ class Fallback:
                "not answering right now.)"
 
 
-def build(endpoints: Sequence[Endpoint], **provider_args: Any) -> Fallback:
+def build(endpoints: Sequence[Endpoint], *, short: RetryPolicy = SHORT_RETRY,
+          **provider_args: Any) -> Fallback:
     """The Fallback for the configured endpoints (config.Config.endpoints): each but the last
-    with the short retry budget (SHORT_RETRY), the last with the full one."""
+    with the `short` retry budget, the last with the full one."""
     providers = [
         Provider(e.base_url, e.api_key, e.model,
-                 retry=SHORT_RETRY if i + 1 < len(endpoints) else None, **provider_args)
+                 retry=short if i + 1 < len(endpoints) else None, **provider_args)
         for i, e in enumerate(endpoints)
     ]
     return Fallback(providers, _labels(endpoints), names=[e.label for e in endpoints])
