@@ -82,7 +82,9 @@ def _labels(endpoints: Sequence[Endpoint]) -> list[str]:
 
 
 def _minutes(seconds: float) -> str:
-    return f"{round(seconds)}s" if seconds < 60 else f"{round(seconds / 60)}m"
+    """A wait as /status shows it: "45s" under a minute, else whole minutes ("3m")."""
+    whole = round(seconds)
+    return f"{whole}s" if whole < 60 else f"{round(whole / 60)}m"
 
 
 class Fallback:
@@ -150,9 +152,10 @@ class Fallback:
         )
 
     def _answered(self, i: int, completion: Completion, failed: int) -> None:
+        """`failed`: endpoints that failed this call before `i` answered it."""
         self.cooldown.answered(self._key(i))
         self.last = i
-        if failed:
+        if i:
             log.info("model call answered by a fallback",
                      extra={"endpoint": self.names[i], "model": completion.model,
                             "failed_endpoints": failed})
