@@ -272,14 +272,14 @@ async def test_a_hung_primary_costs_one_turn_its_deadline_not_every_turn(
 ) -> None:
     primary, backup = pair
     primary.default = Echo(delay=30)
-    short = RetryPolicy(max_attempts=1, deadline=2.0)
+    short = RetryPolicy(max_attempts=1, deadline=4.0)
     model = make(settings_for(primary.base_url, backup.base_url), closing, short=short)
     started = time.monotonic()
     assert (await model.complete([UserMessage("one")])).text == "echo: one"
-    assert time.monotonic() - started < 15  # bounded by the short deadline, not 30 s
+    assert time.monotonic() - started < 20  # bounded by the short deadline, not 30 s
     started = time.monotonic()
     assert (await model.complete([UserMessage("two")])).text == "echo: two"
-    assert time.monotonic() - started < 1.5  # less than the hung endpoint's deadline
+    assert time.monotonic() - started < 3  # under the hung endpoint's deadline: not waited for
     assert len(primary.requests) == 1
 
 
