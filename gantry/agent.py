@@ -175,6 +175,9 @@ class Agent:
     # memory: the owner's private data, left out of a group chat's /status
     private_status_lines: list[Callable[[str], str]] = field(default_factory=list)
     outbox: Any = None  # gantry.outbox.Outbox: files tools returned, for send_attachment
+    model_status: Callable[[], str] | None = None  # the /status model line (fallbacks)
+    # LLM_FALLBACK_NOTICE: a line for a reply a fallback model wrote ("" for the primary's)
+    model_notice: Callable[[Completion], str] | None = None
     zone: tzinfo = UTC  # the user's zone (CRON_TZ): the time footer of every turn is in it
     clock: Callable[[], float] = time.time  # wall time for the footer (tests fix it)
     started: float = field(default_factory=time.monotonic)
@@ -269,7 +272,7 @@ class Agent:
         summary = "yes" if self.sessions.summary(session_id) else "no"
         lines = [
             f"gantry {__version__} · up {up // 3600}h {up % 3600 // 60}m {up % 60}s",
-            f"model: {self.model.model}",
+            f"model: {self.model_status() if self.model_status else self.model.model}",
             f"history: {n} messages, ~{est_tokens(chars)} tokens (est.)",
             f"summary: {summary}",
             self._shown_offer(session_id, shared).summary(),
@@ -372,6 +375,8 @@ class Agent:
                     completion = await self._call(messages, schemas, stream, names)
                 if capped or not completion.tool_calls:
                     final = completion.text.strip()
+                    if final and self.model_notice and (note := self.model_notice(completion)):
+                        final = f"{final}\n\n{note}"
                     break
                 rounds += 1
                 last_text = completion.text.strip() or last_text
@@ -492,6 +497,7 @@ class Agent:
         """One model call, its reply repaired (`_recover`). A streamed reply shows only what
         can be neither reasoning nor a printed tool call (StreamGate)."""
         from gantry.model.client import Done, TextDelta
+        from gantry.model.fallback import Restart
 
         if stream is None:
             return self._recover(await self.model.complete(messages, tools), names, tools)
@@ -507,6 +513,11 @@ class Agent:
                 if show:
                     await stream.write(show)
                     wrote = True
+            elif isinstance(event, Restart):  # the stream broke; a fallback writes it afresh
+                gate = StreamGate(names)
+                if wrote:
+                    await stream.restart()
+                    wrote = False
             elif isinstance(event, Done):
                 completion = event.completion
         assert completion is not None, "a provider stream always ends with Done"
@@ -540,6 +551,8 @@ class Agent:
             finish_reason="tool_calls" if calls else completion.finish_reason,
             usage=completion.usage,
             reasoning=completion.reasoning or thought,
+            model=completion.model,
+            endpoint=completion.endpoint,
         )
 
     def _repaired(self, call: ToolCall) -> ToolCall:

@@ -10,11 +10,13 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
-SECRETS = ("LLM_API_KEY", "TELEGRAM_BOT_TOKEN", "LLM_TRANSCRIBE_API_KEY")
+FALLBACK_MAX = 5  # LLM_FALLBACK_1_* … LLM_FALLBACK_5_*
+SECRETS = ("LLM_API_KEY", "TELEGRAM_BOT_TOKEN", "LLM_TRANSCRIBE_API_KEY",
+           *(f"LLM_FALLBACK_{n}_API_KEY" for n in range(1, FALLBACK_MAX + 1)))
 CHANNELS = ("telegram", "stdio")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 TELEGRAM_GROUP_MODES = ("off", "mention")
@@ -32,6 +34,18 @@ URL_LOGIN_PROBLEM = (
     "login goes in HTTPS_PROXY (http://user:password@proxy:port); a gateway in front of the "
     "model must take its token as LLM_API_KEY"
 )
+_FALLBACK_NAME = re.compile(r"LLM_FALLBACK_([0-9]+)_(MODEL|BASE_URL|API_KEY)")
+
+
+class Endpoint(NamedTuple):
+    """One model endpoint as the operator named it: the primary (`LLM_*`) or a fallback
+    (`LLM_FALLBACK_<n>_*`, whose URL and key default to the primary's)."""
+
+    label: str  # "primary", "fallback 1", …
+    prefix: str  # the settings' prefix, for messages: "LLM_", "LLM_FALLBACK_1_"
+    base_url: str
+    api_key: str
+    model: str
 
 
 class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
@@ -75,6 +89,24 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     llm_transcribe_model: str = ""  # set: voice notes and audio are transcribed (gantry.media)
     llm_transcribe_base_url: str = ""  # default: LLM_BASE_URL
     llm_transcribe_api_key: str = ""  # default: LLM_API_KEY
+    # Fallback models, tried in order when the one before fails (gantry.model.fallback);
+    # each URL and key default to LLM_BASE_URL and LLM_API_KEY.
+    llm_fallback_1_model: str = ""
+    llm_fallback_1_base_url: str = ""
+    llm_fallback_1_api_key: str = ""
+    llm_fallback_2_model: str = ""
+    llm_fallback_2_base_url: str = ""
+    llm_fallback_2_api_key: str = ""
+    llm_fallback_3_model: str = ""
+    llm_fallback_3_base_url: str = ""
+    llm_fallback_3_api_key: str = ""
+    llm_fallback_4_model: str = ""
+    llm_fallback_4_base_url: str = ""
+    llm_fallback_4_api_key: str = ""
+    llm_fallback_5_model: str = ""
+    llm_fallback_5_base_url: str = ""
+    llm_fallback_5_api_key: str = ""
+    llm_fallback_notice: bool = False  # true: a reply a fallback model wrote says so
     backup_dir: str = ""  # set: `gantry run` writes a backup there every BACKUP_EVERY
     backup_every: str = "1d"
     backup_keep: int = 7
@@ -88,6 +120,26 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     def backup_every_seconds(self) -> float:
         """BACKUP_EVERY in seconds (load() has checked it parses)."""
         return float(duration_seconds(self.backup_every) or 0)
+
+    @property
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        """The primary, then each configured fallback in order (load() checked there is no
+        gap), the fallbacks' empty URL and key filled from the primary's."""
+        out = [Endpoint("primary", "LLM_", self.llm_base_url, self.llm_api_key, self.llm_model)]
+        for n in range(1, FALLBACK_MAX + 1):
+            model = getattr(self, f"llm_fallback_{n}_model")
+            if not model:
+                break
+            out.append(Endpoint(f"fallback {n}", f"LLM_FALLBACK_{n}_",
+                                getattr(self, f"llm_fallback_{n}_base_url") or self.llm_base_url,
+                                getattr(self, f"llm_fallback_{n}_api_key") or self.llm_api_key,
+                                model))
+        return tuple(out)
+
+    @property
+    def model_secrets(self) -> list[str]:
+        """Every model key, for the log redactor (a fallback's may differ from the primary's)."""
+        return [e.api_key for e in self.endpoints if e.api_key]
 
     @property
     def db_path(self) -> Path:
@@ -256,12 +308,10 @@ def load(
     elif url and _LOGIN.match(url):
         problems.append(URL_LOGIN_PROBLEM)
 
-    transcribe_url = values.get("llm_transcribe_base_url")
-    if transcribe_url and not re.match(r"https?://[^/\s]+", transcribe_url):
-        problems.append("LLM_TRANSCRIBE_BASE_URL must start with http:// or https://, got "
-                        f"{hide_login(transcribe_url)[:80]!r}")
-    elif transcribe_url and _LOGIN.match(transcribe_url):
-        problems.append(URL_LOGIN_PROBLEM.replace("LLM_BASE_URL", "LLM_TRANSCRIBE_BASE_URL", 1))
+    for name in ("LLM_TRANSCRIBE_BASE_URL",
+                 *(f"LLM_FALLBACK_{n}_BASE_URL" for n in range(1, FALLBACK_MAX + 1))):
+        _check_url(name, values.get(name.lower()), problems)
+    problems += _fallback_problems(env, values)
 
     channel = values.get("channel", "telegram")
     if channel not in CHANNELS:
@@ -328,6 +378,45 @@ def load(
     if problems:
         raise ConfigError(problems)
     return Config(**values)
+
+
+def _check_url(name: str, url: str | None, problems: list[str]) -> None:
+    """An optional endpoint URL: http(s), with no login in it (see URL_LOGIN_PROBLEM)."""
+    if url and not re.match(r"https?://[^/\s]+", url):
+        problems.append(f"{name} must start with http:// or https://, got "
+                        f"{hide_login(url)[:80]!r}")
+    elif url and _LOGIN.match(url):
+        problems.append(URL_LOGIN_PROBLEM.replace("LLM_BASE_URL", name, 1))
+
+
+def _fallback_problems(env: Mapping[str, str], values: dict[str, Any]) -> list[str]:
+    """The fallback list must be numbered 1…FALLBACK_MAX with no gap, each entry naming its
+    model: a typo'd or out-of-range name would otherwise be ignored in silence."""
+    problems: list[str] = []
+    for name in sorted(env):
+        if not name.startswith("LLM_FALLBACK_") or not env[name].strip():
+            continue
+        m = _FALLBACK_NAME.fullmatch(name)
+        if name == "LLM_FALLBACK_NOTICE":
+            continue
+        if m is None:
+            problems.append(f"{name} is not a setting: fallback models are named "
+                            "LLM_FALLBACK_<n>_MODEL, LLM_FALLBACK_<n>_BASE_URL and "
+                            f"LLM_FALLBACK_<n>_API_KEY, n from 1 to {FALLBACK_MAX}")
+        elif not 1 <= int(m.group(1)) <= FALLBACK_MAX or m.group(1).startswith("0"):
+            problems.append(f"{name}: fallback models are numbered 1 to {FALLBACK_MAX} "
+                            f"(at most {FALLBACK_MAX} fallbacks)")
+    for n in range(1, FALLBACK_MAX + 1):
+        model = values.get(f"llm_fallback_{n}_model")
+        if not model:
+            for part in ("base_url", "api_key"):
+                if values.get(f"llm_fallback_{n}_{part}"):
+                    problems.append(f"LLM_FALLBACK_{n}_{part.upper()} is set but "
+                                    f"LLM_FALLBACK_{n}_MODEL is not: name the model too")
+        elif n > 1 and not values.get(f"llm_fallback_{n - 1}_model"):
+            problems.append(f"LLM_FALLBACK_{n}_MODEL is set but LLM_FALLBACK_{n - 1}_MODEL is "
+                            "not: number the fallback models from 1, with no gap")
+    return problems
 
 
 def hide_login(url: str) -> str:

@@ -220,7 +220,7 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
     from gantry import sdnotify
     from gantry.agent import Agent
     from gantry.cron.tools import zone as user_zone
-    from gantry.model.client import Provider
+    from gantry.model import fallback
     from gantry.session import SessionStore
     from gantry.tls import TLSConfigError, ca_context
     from gantry.tools import Registry, offered
@@ -231,7 +231,7 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
         tls = ca_context()
     except TLSConfigError as exc:
         raise BootError(str(exc)) from None
-    provider = Provider(cfg.llm_base_url, cfg.llm_api_key, cfg.llm_model, verify=tls)
+    provider = fallback.build(cfg.endpoints, verify=tls)  # the primary, then LLM_FALLBACK_*
     registry = Registry(result_max_chars=cfg.tool_result_max_chars)
     from gantry.outbox import Outbox
 
@@ -250,6 +250,8 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
         router=build_router(cfg, registry, mcp_host),
         zone=user_zone(cfg.cron_tz),
         outbox=outbox,
+        model_status=provider.status,
+        model_notice=provider.notice if cfg.llm_fallback_notice else None,
     )
     from gantry.media.build import reader_for
 
@@ -278,7 +280,8 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
         agent.private_status_lines.append(backups.status)
     log.info(
         "gantry starting",
-        extra={"version": __version__, "channel": cfg.channel, "model": cfg.llm_model},
+        extra={"version": __version__, "channel": cfg.channel, "model": cfg.llm_model,
+               "fallbacks": [e.model for e in cfg.endpoints[1:]]},
     )
 
     def ready() -> None:
@@ -376,8 +379,8 @@ def main(env_file: str | None) -> int:
         return 1
     redactor = logsetup.setup(
         log_level(cfg, environ, sys.stderr),
-        [cfg.llm_api_key, cfg.telegram_bot_token, cfg.llm_transcribe_api_key,
-         *logsetup.url_secrets(cfg.llm_base_url),
+        [*cfg.model_secrets, cfg.telegram_bot_token, cfg.llm_transcribe_api_key,
+         *(s for e in cfg.endpoints for s in logsetup.url_secrets(e.base_url)),
          *logsetup.url_secrets(cfg.llm_transcribe_base_url)],
         fmt=cfg.log_format,
     )

@@ -64,6 +64,12 @@ MEANINGS: dict[str, str] = {
     "backup_dir": "set: gantry run writes a backup of gantry.db here every BACKUP_EVERY",
     "backup_every": "how often: a number and s, m, h, d or w (5s to 366d)",
     "backup_keep": "how many scheduled backups to keep (the oldest are deleted)",
+    "llm_fallback_notice": "true: a reply a fallback model wrote says so in a last line",
+    **{f"llm_fallback_{n}_{part}": meaning.format(n=n, nth=nth) for n, nth in enumerate(
+        ("first", "second", "third", "fourth", "fifth"), start=1) for part, meaning in (
+        ("model", "the {nth} fallback model, used while the ones before it fail"),
+        ("base_url", "fallback {n}'s root URL; empty: LLM_BASE_URL"),
+        ("api_key", "fallback {n}'s key (secret; never logged); empty: LLM_API_KEY"))},
 }
 
 

@@ -59,7 +59,9 @@ def test_field_names_are_the_spec_variables() -> None:
         "LOG_LEVEL", "LOG_FORMAT", "ELICITATION_TIMEOUT_SECONDS",
         "MEDIA_MAX_BYTES", "MEDIA_KEEP_DAYS", "MEDIA_MAX_TOTAL_BYTES", "DOCUMENT_TIMEOUT_SECONDS",
         "LLM_TRANSCRIBE_MODEL", "LLM_TRANSCRIBE_BASE_URL", "LLM_TRANSCRIBE_API_KEY",
-        "BACKUP_DIR", "BACKUP_EVERY", "BACKUP_KEEP", "FOLLOWUPS",
+        "BACKUP_DIR", "BACKUP_EVERY", "BACKUP_KEEP", "LLM_FALLBACK_NOTICE", "FOLLOWUPS",
+        *(f"LLM_FALLBACK_{n}_{part}" for n in range(1, 6)
+          for part in ("MODEL", "BASE_URL", "API_KEY")),
     }
 
 

@@ -121,6 +121,11 @@ class ReplyStream(Protocol):
         """The text shown so far was a preamble to tool calls; take it back if possible."""
         ...
 
+    async def restart(self) -> None:
+        """The reply starts over (the model's stream broke; a fallback model writes it
+        afresh): what was shown must be replaced by what follows, never added to."""
+        ...
+
     async def finish(self, final_text: str) -> None:
         """Make sure the user ends up seeing exactly `final_text`."""
         ...

@@ -28,7 +28,8 @@ class Completion(msgspec.Struct):
 
     Branch on `tool_calls`, not `finish_reason`: Gemini streams tool calls with "stop".
     `finish_reason` is normalised to "tool_calls" when calls are present. `reasoning` (sent
-    apart from the content) is never replayed: `to_message` leaves it out.
+    apart from the content) is never replayed: `to_message` leaves it out. `model` and
+    `endpoint` name who answered (set by the Provider that did: fallbacks may differ).
     """
 
     text: str = ""
@@ -36,6 +37,8 @@ class Completion(msgspec.Struct):
     finish_reason: str | None = None
     usage: Usage | None = None
     reasoning: str = ""
+    model: str = ""
+    endpoint: str = ""
 
     def to_message(self) -> AssistantMessage:
         """The history entry for this turn (keeps tool-call metadata for replay)."""

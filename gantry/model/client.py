@@ -146,6 +146,7 @@ class Provider:
         body = self._body(messages, tools, max_tokens=max_tokens, stream=False)
         started = self._clock()
         completion = await self._with_retries(lambda: self._complete_once(body))
+        self._answered(completion)
         self._log_done(completion, started, stream=False)
         return completion
 
@@ -181,6 +182,7 @@ class Provider:
         finally:
             with anyio.CancelScope(shield=True):  # close the socket even when cancelled
                 await response.aclose()
+        self._answered(completion)
         self._log_done(completion, started, stream=True)
         yield Done(completion)
 
@@ -221,6 +223,7 @@ class Provider:
             f"{during} {self.shown_url} failed: {type(exc).__name__}: {detail}",
             hint=tls or "check LLM_BASE_URL and that the provider is reachable",
             retryable=_retryable_transport(exc) and not tls,
+            endpoint_fault=True,
         )
 
     async def _status_error(self, response: httpx.Response) -> ProviderError:
@@ -251,7 +254,8 @@ class Provider:
             response = decode_response(raw)
         except msgspec.DecodeError as exc:
             snippet = raw[:200].decode("utf-8", errors="replace")
-            raise self._error(f"malformed JSON reply ({exc}): {snippet}") from None
+            raise self._error(f"malformed JSON reply ({exc}): {snippet}",
+                              endpoint_fault=True) from None
         if response.error is not None:
             raise self._body_error(response.error)
         try:
@@ -295,6 +299,7 @@ class Provider:
                     "the provider sent an empty stream",
                     status=response.status_code,
                     retryable=True,
+                    endpoint_fault=True,
                 ) from None
             except httpx.HTTPError as exc:
                 raise self._transport_error(exc, during="reading the stream from") from None
@@ -325,7 +330,8 @@ class Provider:
                         chunk = decode_chunk(payload)
                     except msgspec.DecodeError as exc:
                         raise self._error(
-                            f"malformed stream chunk ({exc}): {payload[:200]}"
+                            f"malformed stream chunk ({exc}): {payload[:200]}",
+                            endpoint_fault=True,
                         ) from None
                     if chunk.error is not None:
                         raise self._body_error(chunk.error)
@@ -347,12 +353,14 @@ class Provider:
                 f"{assembler.text_length} chars ({type(exc).__name__}: {exc}); "
                 "the partial reply was discarded",
                 hint="the provider or a proxy dropped the stream; try again",
+                endpoint_fault=True,
             ) from None
         if not assembler.finished:
             raise self._error(
                 f"stream cut: the stream ended without [DONE] or a finish_reason after "
                 f"{assembler.text_length} chars; the partial reply was discarded",
                 hint="the provider or a proxy dropped the stream; try again",
+                endpoint_fault=True,
             )
 
     async def _with_retries(self, attempt_once: Callable[[], Awaitable[T]]) -> T:
@@ -361,12 +369,18 @@ class Provider:
             error=self._error,
         )
 
+    def _answered(self, completion: Completion) -> None:
+        """Mark the completion with who answered it: /status, the log and the ledger say so."""
+        completion.model = self.model
+        completion.endpoint = self.shown_url
+
     def _log_done(self, completion: Completion, started: float, *, stream: bool) -> None:
         usage = completion.usage
         log.debug(
             "provider call done",
             extra={
                 "model": self.model,
+                "endpoint": self.shown_url,
                 "stream": stream,
                 "duration_ms": round((self._clock() - started) * 1000),
                 "finish_reason": completion.finish_reason,

@@ -54,6 +54,8 @@ __all__ = [
     "ToolCalls",
     "UseTool",
     "WhenOffered",
+    "dead_base_url",
+    "model_not_found",
     "rate_limited",
     "without_footer",
 ]
@@ -218,6 +220,36 @@ NO_VISION: dict[str, tuple[int, dict[str, Any]]] = {
     "vllm": (400, {"object": "error", "type": "BadRequestError", "param": None, "code": 400,
                    "message": "fake-model is not a multimodal model"}),
 }
+
+
+# What real endpoints answer for a model they do not serve (fail-over tests): status, body.
+MODEL_NOT_FOUND: dict[str, tuple[int, dict[str, Any]]] = {
+    "openai": (404, {"error": {
+        "message": "The model `gone-model` does not exist or you do not have access to it.",
+        "type": "invalid_request_error", "param": None, "code": "model_not_found"}}),
+    "ollama": (404, {"error": {"message": 'model "gone-model" not found, try pulling it first',
+                               "type": "api_error", "param": None, "code": None}}),
+    "vllm": (404, {"object": "error", "message": "The model `gone-model` does not exist.",
+                   "type": "NotFoundError", "param": None, "code": 404}),
+    "llamacpp": (400, {"error": {"code": 400, "message": "model not found",
+                                 "type": "invalid_request_error"}}),
+}
+
+
+def model_not_found(endpoint: str) -> HTTPError:
+    """That endpoint's answer for a model it does not serve (a key of MODEL_NOT_FOUND)."""
+    status, body = MODEL_NOT_FOUND[endpoint]
+    return HTTPError(status, raw_body=json.dumps(body))
+
+
+def dead_base_url() -> str:
+    """A loopback `/v1` URL nothing listens on: every connection is refused at once."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    return f"http://127.0.0.1:{port}/v1"
 
 
 def has_image(body: Any) -> bool:

@@ -118,7 +118,7 @@ class Delivery:
             row.sent_parts = i + 1
             self.store.mark_sent(row.update_id, row.sent_parts, total)
         for extra in row.stream_msgs[len(parts):]:  # streamed text outgrew the final reply
-            await self._quiet_delete(row.chat_id, extra)
+            await self.quiet_delete(row.chat_id, extra)
         if row.sent_parts >= total:
             self.store.mark_sent(row.update_id, total, total)
 
@@ -211,6 +211,6 @@ class Delivery:
                     raise
                 await anyio.sleep(0.5 * 2**attempt)
 
-    async def _quiet_delete(self, chat: int, message_id: int) -> None:
+    async def quiet_delete(self, chat: int, message_id: int) -> None:
         with contextlib.suppress(Exception):  # a leftover streamed message: cosmetic
             await self.bot.delete_message(chat_id=chat, message_id=message_id)
