@@ -274,7 +274,7 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
             agent.status_lines.append(watches.status)
     from gantry.skills.wiring import setup as setup_skills
 
-    skills = setup_skills(cfg, registry, agent.router, agent)
+    skills = setup_skills(cfg.persona_dir, registry, agent.router, agent)
     from gantry.store import schedule
 
     backups = schedule.setup(cfg)

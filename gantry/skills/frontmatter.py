@@ -106,7 +106,7 @@ def _block_scalar(style: str, chomp: str, body: list[str]) -> str:
     if style == "|":
         text = "\n".join(lines)
     else:  # a break between two text lines is a space; each blank line is one break
-        text = lines[0]
+        text = lines[0] or "\n"  # a leading blank line is a line break
         for prev, cur in pairwise(lines):
             if not cur:
                 text += "\n"

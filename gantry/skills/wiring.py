@@ -9,18 +9,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gantry.config import Config
 from gantry.skills.catalog import FOLDER, Skills
 from gantry.skills.commands import SkillCommands
 from gantry.skills.tool import read_tool
 from gantry.tools import Registry
 
 
-def setup(cfg: Config, registry: Registry, router: Any = None, agent: Any = None
+def setup(persona_dir: str | Path, registry: Registry, router: Any = None, agent: Any = None
           ) -> Skills | None:
     """The loaded skills (None without a skills folder). `router` (gantry.mcp.routing)
     offers a loaded skill's tools; `agent` gets the prompt block and the commands."""
-    directory = Path(cfg.persona_dir) / FOLDER
+    directory = Path(persona_dir) / FOLDER
     if not directory.is_dir():
         return None
     skills = Skills(directory)
