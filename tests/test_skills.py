@@ -263,3 +263,20 @@ def test_gantry_skills_list_prints_what_the_model_sees(
     assert out.startswith(skills.block() + "\n\nskills: 2 listed")
     assert "private (not in group chats): expense-report" in out
     assert "not loaded: broken-one:" in err
+
+
+def test_gantry_skills_list_imports_no_client_library(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    sp.write(tmp_path / "persona")
+    heavy = {"anyio", "httpx", "httpcore", "mcp", "aiogram", "apsw", "aiohttp"}
+    code = ("import sys; from gantry.cli import main; rc = main(['skills', 'list']); "
+            f"print('HEAVY', sorted({{m.split('.')[0] for m in sys.modules}} & {heavy!r}))")
+    env = {**os.environ, "PERSONA_DIR": str(tmp_path / "persona"), "CHANNEL": "stdio",
+           "LLM_BASE_URL": "http://127.0.0.1:9/v1", "LLM_API_KEY": "k", "LLM_MODEL": "m"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "HEAVY []" in r.stdout, r.stdout

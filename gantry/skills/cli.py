@@ -38,7 +38,7 @@ def main(env_file: str | None) -> int:
     for skill in catalog.skills:
         for note in skill.warnings:
             print(f"note: {skill.name}: {note}")
+    sys.stdout.flush()
     for folder, why in catalog.errors:
         print(f"not loaded: {folder}: {why}", file=sys.stderr)
-    sys.stdout.flush()
     return 0
