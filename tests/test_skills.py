@@ -280,3 +280,26 @@ def test_gantry_skills_list_imports_no_client_library(tmp_path: Path) -> None:
                        timeout=60, env=env)
     assert r.returncode == 0, r.stderr
     assert "HEAVY []" in r.stdout, r.stdout
+
+
+async def test_a_configmap_mount_of_the_sample_skill_loads_and_reads(tmp_path: Path) -> None:
+    """Kubernetes mounts a ConfigMap's items through symlinks (`skills` → `..data/skills`,
+    `..data` → a dated folder): the skill loads and its files read as inside their folder."""
+    import shutil
+
+    from gantry.skills.tool import read_tool
+
+    sample = Path(__file__).resolve().parents[1] / "deploy" / "persona"
+    mount = tmp_path / "persona"
+    dated = mount / "..2026_12_01_00_00_00.1"
+    shutil.copytree(sample / "skills", dated / "skills")
+    (mount / "..data").symlink_to(dated.name)
+    (mount / "skills").symlink_to("..data/skills")
+    skills = Skills(mount / "skills")
+    assert [s.name for s in skills.load().skills] == ["plan-week"]
+    assert skills.catalog.errors == ()
+    tool = read_tool(skills, Registry(), None)
+    body = await tool.call({"name": "plan-week"})
+    assert "# Plan the week" in body and "references/checklist.md" in body
+    checklist = await tool.call({"name": "plan-week", "file": "references/checklist.md"})
+    assert checklist.startswith("# Checklist before showing the plan")
