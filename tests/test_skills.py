@@ -303,3 +303,24 @@ async def test_a_configmap_mount_of_the_sample_skill_loads_and_reads(tmp_path: P
     assert "# Plan the week" in body and "references/checklist.md" in body
     checklist = await tool.call({"name": "plan-week", "file": "references/checklist.md"})
     assert checklist.startswith("# Checklist before showing the plan")
+
+
+async def test_the_listing_counts_against_the_prompt_budget(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    """HISTORY_MAX_TOKENS covers the listing like the persona: with it in the system prompt,
+    less history fits; without skills, the same budget keeps more."""
+    kept = []
+    for with_skills in (True, False):
+        where = tmp_path / ("with" if with_skills else "without")
+        agent, skills = make(fake, where)
+        if not with_skills:
+            agent.prompt_blocks.clear()
+        system = len(agent._persona(False))
+        agent.max_tokens = (len("You are Tim.") + len(skills.block())) // 4 + 30
+        for text in ("one " * 10, "two " * 10, "three " * 10):
+            await agent(msg(text))
+        kept.append((len(fake.last_request.messages), system))
+    (with_count, with_system), (without_count, without_system) = kept
+    assert with_system > without_system
+    assert with_count < without_count, kept

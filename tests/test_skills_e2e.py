@@ -10,51 +10,28 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests import skills_persona as sp
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
-from tests.test_stdio_e2e import KEY, MODEL, ROOT, WAIT, Gantry
+from tests.test_stdio_e2e import KEY, MODEL, ROOT, WAIT, Gantry, fake, spawn
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeOpenAI]:
-    server = FakeOpenAI(api_key=KEY, model=MODEL)
-    server.start_in_thread()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def gantry(tmp_path: Path, fake: FakeOpenAI) -> Iterator[Callable[[], Gantry]]:
-    started: list[Gantry] = []
-
-    def start() -> Gantry:
-        sp.write(tmp_path / "persona", outside=tmp_path)
-        g = Gantry(tmp_path, fake.base_url, {})
-        started.append(g)
-        return g
-
-    try:
-        yield start
-    finally:
-        for g in started:
-            g.kill()
+__all__ = ["fake", "spawn"]  # fixtures used by name below
 
 
 def _loads(g: Gantry) -> int:
     return sum(r.get("message") == "skills loaded" for r in g.logs())
 
 
-def test_skills_in_a_running_gantry(gantry: Callable[[], Gantry], fake: FakeOpenAI) -> None:
-    g = gantry()
+def test_skills_in_a_running_gantry(
+    spawn: Callable[..., Gantry], fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    sp.write(tmp_path / "persona", outside=tmp_path)  # spawn's persona folder
+    g = spawn()
     shown = g.ask("/skills", "(1 could not be loaded: `gantry check` says why)")
     assert "/expense_report — File an expense report" in shown
     assert "/world_clock — Tell the time in any city of the world." in shown
