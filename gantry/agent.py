@@ -16,9 +16,11 @@ from datetime import UTC, tzinfo
 from typing import Any, Protocol
 
 import anyio
+import msgspec
 
 from gantry import __version__, elicit
 from gantry.channel.base import Inbound, ReplyStream, TurnFailed, unknown_command
+from gantry.commands import CommandHandler, dispatch
 from gantry.model.assemble import Completion, new_call_id
 from gantry.model.gate import StreamGate
 from gantry.model.messages import (
@@ -179,6 +181,9 @@ class Agent:
     # LLM_FALLBACK_NOTICE: a line for a reply a fallback model wrote ("" for the primary's)
     model_notice: Callable[[Completion], str] | None = None
     zone: tzinfo = UTC  # the user's zone (CRON_TZ): the time footer of every turn is in it
+    # after the persona in the system prompt, given `shared` (skills' listing: gantry.skills)
+    prompt_blocks: list[Callable[[bool], str]] = field(default_factory=list)
+    commands: list[CommandHandler] = field(default_factory=list)  # /skills, /<skill> …
     clock: Callable[[], float] = time.time  # wall time for the footer (tests fix it)
     started: float = field(default_factory=time.monotonic)
     # session → (lock, turns holding or waiting for it); dropped at zero, so it stays small
@@ -228,8 +233,12 @@ class Agent:
             if command == "/status":
                 return self.status(msg.session_id, shared=msg.group)
             if command in ("/help", "/start"):
-                return HELP
-            if not msg.scheduled and (unknown := unknown_command(msg.text)) is not None:
+                return "\n".join([HELP, *(line for c in self.commands for line in c.help)])
+            if not msg.scheduled and (handled := await dispatch(self.commands, msg)):
+                if handled.reply is not None:
+                    return handled.reply
+                msg = msgspec.structs.replace(msg, text=handled.text)
+            elif not msg.scheduled and (unknown := unknown_command(msg.text)) is not None:
                 return unknown
             due = msg.scheduled_for if msg.scheduled else None
             return await self._turn(msg.session_id, msg.text, stream, shared=msg.group,
@@ -350,7 +359,7 @@ class Agent:
                                        "limit": self.max_iterations})
                 extra: list[Message] = [UserMessage(CAP_NOTE)] if capped else []
                 prompt = assemble(
-                    persona=self.persona(),
+                    persona=self._persona(shared),
                     history=[*history, *new],
                     max_messages=self.max_messages,
                     max_tokens=self.max_tokens,
@@ -435,6 +444,11 @@ class Agent:
         turn = history[current_turn_start(history):]
         found = turn_attachments(turn, self.outbox, session_id)
         return pack(final, found) if found else final
+
+    def _persona(self, shared: bool) -> str:
+        """The persona, then the prompt blocks (skills), as the system prompt starts."""
+        parts = [self.persona().strip(), *(b(shared).strip() for b in self.prompt_blocks)]
+        return "\n\n".join(p for p in parts if p)
 
     def _shown_offer(self, session_id: str, shared: bool) -> Offer:
         """The offer /status counts: when routing, what this chat's last model call carried
@@ -635,7 +649,7 @@ class Agent:
         from gantry.model.errors import ProviderError
 
         old = self.sessions.summary(session_id)
-        overhead = est_tokens(len(system_text(self.persona(), "", old)))
+        overhead = est_tokens(len(system_text(self._persona(False), "", old)))
         count, chars = self.sessions.stats(session_id)
         if count <= self.max_messages and est_tokens(chars) + overhead <= self.max_tokens:
             return  # cheap check first: raw size under the caps means nothing to fold

@@ -84,6 +84,33 @@ def check_persona(cfg: Config) -> Result:
                f"{cfg.persona_dir}: {', '.join(persona.files)}{note}")
 
 
+def check_skills(cfg: Config) -> list[Result]:
+    """PERSONA_DIR/skills/ as `run` loads it: each broken skill FAILs by name (run leaves it
+    out with a warning), fields gantry ignores warn; nothing without the folder."""
+    from pathlib import Path
+
+    from gantry.session import est_tokens
+    from gantry.skills.catalog import FOLDER, block, scan
+
+    directory = Path(cfg.persona_dir) / FOLDER
+    if not directory.is_dir():
+        return []
+    catalog = scan(directory)
+    text, left = block(catalog.visible(False))
+    names = ", ".join(s.name for s in catalog.skills) or "none"
+    results = [_ok("skills", f"{len(catalog.skills)} loaded from {directory}: {names}; "
+                   f"~{est_tokens(len(text))} tokens in the system prompt (est.)")]
+    if left:
+        results.append(Result("skills", "warn", f"over the prompt's cap, not listed: "
+                              f"{', '.join(left)}", "shorten descriptions or remove skills"))
+    results += [Result(f"skill {s.name}", "warn", note, "see docs/skills.md")
+                for s in catalog.skills for note in s.warnings]
+    results += [_fail(f"skill {folder}", why, "fix the SKILL.md named (docs/skills.md); "
+                      "`gantry run` leaves it out and loads the others")
+                for folder, why in catalog.errors]
+    return results
+
+
 def check_database(cfg: Config) -> Result:
     """Whether `run` can open and migrate the database; creates and writes nothing."""
     from gantry import db
@@ -377,8 +404,8 @@ def check_backups(cfg: Config, now: float | None = None) -> Result:
 
 
 async def run_checks(cfg: Config, environ: Mapping[str, str]) -> list[Result]:
-    results = [check_persona(cfg), check_database(cfg), check_extraction(),
-               check_backups(cfg)]
+    results = [check_persona(cfg), *check_skills(cfg), check_database(cfg),
+               check_extraction(), check_backups(cfg)]
     tls, context = check_tls(environ)
     results.append(tls)
     results += await check_model(cfg, context)

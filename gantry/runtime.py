@@ -2,7 +2,7 @@
 
 Boot is fail-fast: any problem prints one clear message and exits 1. Shutdown on
 SIGTERM/SIGINT stops receiving, lets the in-flight turn finish (bounded), then cancels
-every task and exits 0. SIGHUP reloads the persona.
+every task and exits 0. SIGHUP reloads the persona and its skills.
 """
 
 from __future__ import annotations
@@ -114,7 +114,8 @@ def _mark_stopped(conn: Any) -> None:
 
 
 async def _signals(
-    tg: TaskGroup, receive: anyio.CancelScope, agent: Any, turns: Turns, persona: PersonaHolder
+    tg: TaskGroup, receive: anyio.CancelScope, agent: Any, turns: Turns, persona: PersonaHolder,
+    skills: Any = None,
 ) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
@@ -125,6 +126,8 @@ async def _signals(
                     log.error(
                         "persona reload failed; keeping the old one", extra={"error": str(exc)}
                     )
+                if skills is not None:  # gantry.skills.catalog.Skills: never raises
+                    skills.load()
                 continue
             log.info("shutdown requested", extra={"signal": signal.Signals(signum).name})
             turns.closing = True
@@ -273,6 +276,9 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
 
             watches = watch.setup(cfg, conn, registry, mcp_host, cron.ticker, channel.can_push)
             agent.status_lines.append(watches.status)
+    from gantry.skills.wiring import setup as setup_skills
+
+    skills = setup_skills(cfg.persona_dir, registry, agent.router, agent)
     from gantry.store import schedule
 
     backups = schedule.setup(cfg)
@@ -299,7 +305,7 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
             tg.start_soon(_heartbeat, conn)
             tg.start_soon(agent.run_folds)
             await _memory(cfg, conn, tg, agent, provider, persona, mcp_host)  # after MCP
-            tg.start_soon(_signals, tg, receive, agent, turns, persona)
+            tg.start_soon(_signals, tg, receive, agent, turns, persona, skills)
             if cron is not None:
                 tg.start_soon(cron.run)
             if backups is not None:

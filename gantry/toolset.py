@@ -82,6 +82,9 @@ async def collect(cfg: Config, environ: Mapping[str, str]) -> Listing:
                         watch.setup(cfg, conn, registry, host, scheduler.ticker,
                                     lambda chat_id: False)
                 await build_memory(cfg, conn, registry, None, None, host)
+                from gantry.skills.wiring import setup as setup_skills
+
+                setup_skills(cfg.persona_dir, registry, router)
             except (BootError, ValueError) as exc:  # ValueError: a bad MEMORY_BACKEND
                 failed = exc
             tg.cancel_scope.cancel()

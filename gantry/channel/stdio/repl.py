@@ -34,7 +34,6 @@ from gantry.channel.base import (
     TurnStopped,
     is_command,
     is_stop,
-    unknown_command,
 )
 from gantry.channel.reply import Attachment, unpack
 from gantry.channel.stdio.editor import LineEditor, keystroke_mode, width
@@ -324,11 +323,6 @@ class StdioChannel:
         attached = await self._attached(text)
         if isinstance(attached, str):  # refused: say why, no model call
             self.out.write(attached + "\n")
-            self.out.flush()
-            return
-        unknown = None if attached is not None else unknown_command(text)
-        if unknown is not None:  # a typo'd command is not a message for the model
-            self.out.write(unknown + "\n")
             self.out.flush()
             return
         msg = (Inbound(channel=self.name, chat_id=CHAT_ID, user_id=self.user, text=text)
