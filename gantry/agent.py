@@ -227,7 +227,7 @@ class Agent:
             due = msg.scheduled_for if msg.scheduled else None
             return await self._turn(msg.session_id, msg.text, stream, shared=msg.group,
                                     on_answer=msg.on_answer, scheduled_for=due,
-                                    images=msg.images)
+                                    images=msg.images, context=msg.context)
         except TurnFailed as exc:
             if msg.scheduled:
                 raise
@@ -288,14 +288,15 @@ class Agent:
     async def _turn(
         self, session_id: str, text: str, stream: ReplyStream | None, *, shared: bool = False,
         on_answer: Callable[[str], None] | None = None, scheduled_for: float | None = None,
-        images: Sequence[ImagePart] = (),
+        images: Sequence[ImagePart] = (), context: str = "",
     ) -> str:
         """One turn; `shared` (a group chat, read by others) leaves long-term memory out of
         the prompt and its tools out of the offer, and refuses them if called anyway.
 
         `on_answer` (the channel's record of the reply) commits with the final answer;
         `scheduled_for` (unix seconds) marks a turn the scheduler started, due then.
-        `images` go with `text` as content parts of the user message.
+        `images` go with `text` as content parts of the user message; `context` (the
+        channel's, Inbound.context) goes in the footer, where per-turn text goes.
         """
         from gantry.model.errors import ProviderError
 
@@ -316,7 +317,7 @@ class Agent:
             memory = ""
         texts = [text, *_earlier_user_texts(history, ROUTING_CONTEXT_TURNS)]
         # Once per turn, to the minute: every call of the turn sends the same bytes.
-        footer = time_footer(self.clock(), self.zone, scheduled_for)
+        footer = time_footer(self.clock(), self.zone, scheduled_for, context)
         new: list[Message] = []
         rounds = resumed or 0
         used: list[str] = []

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-SECRETS = ("LLM_API_KEY", "TELEGRAM_BOT_TOKEN", "LLM_TRANSCRIBE_API_KEY")
+SECRETS = ("LLM_API_KEY", "TELEGRAM_BOT_TOKEN", "LLM_TRANSCRIBE_API_KEY", "LLM_SPEECH_API_KEY")
 CHANNELS = ("telegram", "stdio")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 TELEGRAM_GROUP_MODES = ("off", "mention")
@@ -73,6 +73,12 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     llm_transcribe_model: str = ""  # set: voice notes and audio are transcribed (gantry.media)
     llm_transcribe_base_url: str = ""  # default: LLM_BASE_URL
     llm_transcribe_api_key: str = ""  # default: LLM_API_KEY
+    llm_speech_model: str = ""  # set: replies to voice notes (or after /voice on) are spoken too
+    llm_speech_voice: str = "alloy"
+    llm_speech_base_url: str = ""  # default: LLM_BASE_URL
+    llm_speech_api_key: str = ""  # default: LLM_API_KEY
+    speech_max_chars: int = 1000  # characters of one reply spoken at most; the rest stays text
+    telegram_reactions: bool = True  # 👀 on a message being answered; users' reactions as feedback
     backup_dir: str = ""  # set: `gantry run` writes a backup there every BACKUP_EVERY
     backup_every: str = "1d"
     backup_keep: int = 7
@@ -111,6 +117,7 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "media_max_total_bytes": (1_000, 10_000_000_000_000),
     "document_timeout_seconds": (1, 600),
     "backup_keep": (1, 10_000),
+    "speech_max_chars": (50, 100_000),
 }
 _DURATION = re.compile(r"([0-9]+)\s*([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -254,12 +261,13 @@ def load(
     elif url and _LOGIN.match(url):
         problems.append(URL_LOGIN_PROBLEM)
 
-    transcribe_url = values.get("llm_transcribe_base_url")
-    if transcribe_url and not re.match(r"https?://[^/\s]+", transcribe_url):
-        problems.append("LLM_TRANSCRIBE_BASE_URL must start with http:// or https://, got "
-                        f"{hide_login(transcribe_url)[:80]!r}")
-    elif transcribe_url and _LOGIN.match(transcribe_url):
-        problems.append(URL_LOGIN_PROBLEM.replace("LLM_BASE_URL", "LLM_TRANSCRIBE_BASE_URL", 1))
+    for field in ("llm_transcribe_base_url", "llm_speech_base_url"):
+        other_url, name = values.get(field), env_name(field)
+        if other_url and not re.match(r"https?://[^/\s]+", other_url):
+            problems.append(f"{name} must start with http:// or https://, got "
+                            f"{hide_login(other_url)[:80]!r}")
+        elif other_url and _LOGIN.match(other_url):
+            problems.append(URL_LOGIN_PROBLEM.replace("LLM_BASE_URL", name, 1))
 
     channel = values.get("channel", "telegram")
     if channel not in CHANNELS:

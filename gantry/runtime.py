@@ -54,7 +54,7 @@ class PersonaHolder:
 
 def build_channel(
     cfg: Config, conn: Any, ssl_context: ssl.SSLContext | None = None, agent: Any = None,
-    media: Any = None,
+    media: Any = None, speech: Any = None,
 ) -> Any:
     """The configured channel; aiogram is imported only for CHANNEL=telegram."""
     if cfg.channel == "stdio":
@@ -68,7 +68,8 @@ def build_channel(
             return Intro(cfg.llm_model, tools, count, summary)
 
         return StdioChannel(stream_replies=cfg.stream_replies,
-                            intro=intro if agent is not None else None, media=media)
+                            intro=intro if agent is not None else None, media=media,
+                            speech=speech)
     from gantry.channel.telegram import TelegramChannel
 
     return TelegramChannel(
@@ -80,6 +81,8 @@ def build_channel(
         stream_replies=cfg.stream_replies,
         ssl_context=ssl_context,
         media=media,
+        speech=speech,
+        reactions=cfg.telegram_reactions,
     )
 
 
@@ -253,7 +256,9 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
 
     media = reader_for(cfg, tls)
     media.prune()  # kept media past MEDIA_KEEP_DAYS or over MEDIA_MAX_TOTAL_BYTES
-    channel = build_channel(cfg, conn, tls, agent, media)
+    from gantry.media.speech import speaker_for
+
+    channel = build_channel(cfg, conn, tls, agent, media, speaker_for(cfg, tls))
     if mcp_host is not None:
         mcp_host.elicitor.attach(channel)  # servers' questions are asked through it
     turns = Turns(settle=agent.sessions.settle_stopped)

@@ -93,6 +93,9 @@ class Inbound(msgspec.Struct, frozen=True):
     images: tuple[ImagePart, ...] = ()
     """Images sent with the message (gantry.media): they go to the model as content parts
     after `text`, which describes them and holds any caption."""
+    context: str = ""
+    """What the channel knows that the user did not type (a reaction to an earlier reply):
+    lines shown to the model with this turn's time footer, never stored in the history."""
 
     @property
     def session_id(self) -> str:

@@ -60,6 +60,7 @@ class Pending(msgspec.Struct):
     stream_msgs: list[int]
     media: str = "[]"  # JSON list of gantry.media.kinds.Media, read when the turn runs
     media_group: str | None = None
+    voice: bool = False  # the reply is spoken too (gantry.channel.telegram.voice)
 
 
 class Accepted(msgspec.Struct, frozen=True):
@@ -72,6 +73,7 @@ class Accepted(msgspec.Struct, frozen=True):
     done: bool = False  # finished on arrival, nothing to send (a /stop, handled at once)
     media: str = "[]"
     media_group: str | None = None
+    voice: bool = False
 
 
 def _arrival_state(u: Accepted) -> str:
@@ -114,9 +116,10 @@ class TelegramStore:
                 self._rows(
                     "INSERT OR IGNORE INTO telegram_update (update_id, chat_id, user_id, "
                     "message_id, text, state, reply, received_at, answered_at, media, "
-                    "media_group) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "media_group, voice) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (u.update_id, u.chat_id, u.user_id, u.message_id, u.text, _arrival_state(u),
-                     u.reply, now, now if u.done else None, u.media, u.media_group),
+                     u.reply, now, now if u.done else None, u.media, u.media_group,
+                     int(u.voice)),
                 )
             for update_id in stopped:
                 self._rows(
@@ -141,7 +144,7 @@ class TelegramStore:
         """The oldest unfinished update of a chat (per-chat arrival order)."""
         rows = self._rows(
             "SELECT update_id, chat_id, user_id, message_id, text, reply, sent_parts, "
-            f"stream_msgs, media, media_group FROM telegram_update WHERE chat_id = ? "
+            f"stream_msgs, media, media_group, voice FROM telegram_update WHERE chat_id = ? "
             f"AND {PENDING} ORDER BY update_id LIMIT 1",
             (chat_id,),
         )
@@ -152,7 +155,7 @@ class TelegramStore:
             int(r[0]), int(r[1]), int(r[2]), int(r[3]), str(r[4]),  # type: ignore[call-overload]
             None if r[5] is None else str(r[5]), int(r[6]),  # type: ignore[call-overload]
             [int(x) for x in json.loads(str(r[7]))], str(r[8]),
-            None if r[9] is None else str(r[9]),
+            None if r[9] is None else str(r[9]), bool(r[10]),
         )
 
     def album_age(self, chat_id: int, group: str) -> float:
