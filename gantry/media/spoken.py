@@ -17,8 +17,9 @@ _HEADING = re.compile(r"^[ \t]*#{1,6}[ \t]+", re.M)
 _QUOTE = re.compile(r"^[ \t]*(?:>[ \t]?)+", re.M)
 _BULLET = re.compile(r"^[ \t]*[-*+][ \t]+", re.M)
 _RULE = re.compile(r"^[ \t]*(?:[-*_][ \t]*){3,}$", re.M)
-_MARKS = re.compile(r"\*+|~~|__|`+|\|")
-_SPACES = re.compile(r"[ \t\r\f\v]+")
+_MARKS = re.compile(r"\*+|~~|__|`+")
+_PIPES = re.compile(r"\|")
+_SPACES = re.compile(r"[^\S\n]+")
 _BLANKS = re.compile(r"\n\s*\n\s*")
 _SENTENCE_END = re.compile(r"[.!?…](?=\s)|\n")
 
@@ -34,7 +35,8 @@ def spoken_text(markdown: str, cap: int) -> str:
     text = _HEADING.sub("", text)
     text = _QUOTE.sub("", text)
     text = _BULLET.sub("", text)
-    text = _MARKS.sub(" ", text)
+    text = _MARKS.sub("", text)
+    text = _PIPES.sub(" ", text)
     text = _ADDRESS.sub("", text)  # marks taken out may have joined an address's pieces
     lines = [_SPACES.sub(" ", line).strip() for line in text.split("\n")]
     text = _BLANKS.sub("\n", "\n".join(lines)).strip()
