@@ -380,8 +380,9 @@ def main(env_file: str | None) -> int:
     redactor = logsetup.setup(
         log_level(cfg, environ, sys.stderr),
         [cfg.llm_api_key, cfg.telegram_bot_token, cfg.llm_transcribe_api_key,
-         *logsetup.url_secrets(cfg.llm_base_url),
-         *logsetup.url_secrets(cfg.llm_transcribe_base_url)],
+         cfg.llm_speech_api_key, *logsetup.url_secrets(cfg.llm_base_url),
+         *logsetup.url_secrets(cfg.llm_transcribe_base_url),
+         *logsetup.url_secrets(cfg.llm_speech_base_url)],
         fmt=cfg.log_format,
     )
     from gantry.db import DatabaseError
