@@ -13,9 +13,8 @@ import anyio.to_thread
 import httpx
 import msgspec
 
-from gantry import __version__
 from gantry.media.ogg import opus_file
-from gantry.media.transcribe import capped_body
+from gantry.media.transcribe import capped_body, client_args
 
 log = logging.getLogger("gantry.media")
 
@@ -57,13 +56,7 @@ class Speaker:
         self.url = base_url.rstrip("/") + "/audio/speech"
         self.model, self.voice = model, voice
         self.max_chars, self.timeout, self.max_bytes = max_chars, timeout, max_bytes
-        headers = {"User-Agent": f"gantry/{__version__}"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        self._args: dict[str, Any] = {
-            "headers": headers, "verify": verify, "transport": transport,
-            "timeout": httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-        }
+        self._args = client_args(api_key, verify, timeout, transport)
         self._http: httpx.AsyncClient | None = None
 
     async def __call__(self, text: str) -> Speech:
