@@ -8,6 +8,7 @@ once; with TELEGRAM_REACTIONS=false no setMessageReaction is made."""
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 
@@ -78,3 +79,27 @@ def test_speech_down_the_text_stands_logged_once_and_reactions_off(  # type: ign
               if "no voice reply" in line]
     assert [w["level"] for w in warned] == ["warning", "debug"]  # once, then quietly
     assert "not reachable" in warned[0]["why"]
+
+
+def test_a_kill_during_the_speech_sends_neither_part_twice(  # type: ignore[no-untyped-def]
+    fakes: tuple[FakeTelegram, FakeOpenAI], run, tmp_path: Path  # noqa: F811
+) -> None:
+    """A long reply goes as its text, then the voice note: killed while the speech is made
+    (the text already recorded as sent), the next start sends the voice note only."""
+    tg, llm = fakes
+    long = ("A sentence to be read aloud. " * 60).strip()
+    llm.push(Reply(long))
+    llm.speech_delay = 60
+    g = run(**SPEECH)
+    tg.push_voice(USER, ogg())
+    wait(lambda: llm.speeches, 120, "the speech asked for")
+    assert len(tg.sent_texts(USER)) == 1 and tg.calls("sendVoice") == []
+    g.stop(signal.SIGKILL)
+    llm.speech_delay = 0
+    g2 = run(**SPEECH)
+    tg.wait_calls_sync("sendVoice", 1, timeout=120)
+    wait(lambda: answered(g2.env["DATA_DIR"]) == 1, 30, "answered")
+    assert tg.sent_texts(USER) == [long] and len(tg.calls("sendVoice")) == 1
+    assert len(llm.speeches) == 2 and len(llm.requests) == 1  # the turn was not run again
+    g2.stop()
+    assert "Traceback" not in g2.stderr

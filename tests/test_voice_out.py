@@ -195,7 +195,8 @@ class Bot:
 
 @contextlib.asynccontextmanager
 async def bot(tmp_path: Path, *, speech: bool = True, db_name: str = "g.db",
-              llm: FakeOpenAI | None = None, first_update: int = 100_000) -> AsyncIterator[Bot]:
+              llm: FakeOpenAI | None = None, first_update: int = 100_000,
+              **kw: Any) -> AsyncIterator[Bot]:
     async with contextlib.AsyncExitStack() as stack:
         tg = await stack.enter_async_context(FakeTelegram(first_update_id=first_update))
         if llm is None:
@@ -210,7 +211,7 @@ async def bot(tmp_path: Path, *, speech: bool = True, db_name: str = "g.db",
             else None
         try:
             async with running(tg, tmp_path / db_name, respond=agent, conn=conn, media=reader,
-                               speech=speaker) as ch:
+                               speech=speaker, **kw) as ch:
                 yield Bot(tg, llm, ch)
         finally:
             await provider.aclose()
@@ -248,6 +249,17 @@ async def test_a_long_reply_is_text_then_a_voice_note_of_its_first_part(tmp_path
         (speech,) = b.llm.speeches
         assert len(speech.input) <= 300 and speech.input.endswith("spoken.")
         assert "code()" not in speech.input
+
+
+async def test_a_streamed_reply_keeps_its_message_and_the_voice_note_follows(
+        tmp_path: Path) -> None:
+    async with bot(tmp_path, stream_replies=True) as b:
+        b.llm.push(Reply("Short and streamed.", chunk_size=3))
+        b.tg.push_voice(USER, ogg())
+        (voice,) = await b.voices()
+        assert voice.caption == "" and b.tg.current_texts(USER) == ["Short and streamed."]
+        await b.tg.wait_for(lambda: states(b.ch) == ["answered"], what="answered")
+        assert len(b.tg.sent(USER)) == 1  # the streamed message, edited: not sent again
 
 
 async def test_speech_down_leaves_the_text_and_is_logged_once(

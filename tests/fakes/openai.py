@@ -470,6 +470,8 @@ class FakeOpenAI(LoopbackServer):
     """`/audio/speech` answers this status (an OpenAI-shaped error body unless 200)."""
     speech_body: bytes | None = None
     """Set: `/audio/speech` answers these bytes instead of a valid OGG/Opus file."""
+    speech_delay = 0.0
+    """Seconds `/audio/speech` waits (recorded first) before it answers: a slow service."""
 
     async def _speech(self, request: web.Request) -> web.StreamResponse:
         """`POST /audio/speech` (JSON: model, input, voice, response_format), answered with a
@@ -486,6 +488,8 @@ class FakeOpenAI(LoopbackServer):
             model=str(body.get("model", "")), input=str(body.get("input", "")),
             voice=str(body.get("voice", "")), response_format=str(body.get("response_format", "")),
             authorization=request.headers.get("Authorization", "")))
+        if self.speech_delay:
+            await asyncio.sleep(self.speech_delay)
         if self.speech_status != 200:
             return _error_response(self.speech_status, "speech failed")
         if self.speech_body is not None:

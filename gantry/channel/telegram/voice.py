@@ -124,6 +124,9 @@ class VoiceOut:
         except SpeechFailed as exc:
             self._failed(chat, str(exc))
             return None
+        except Exception as exc:  # never the text's loss: whatever speech did, the text goes
+            self._failed(chat, f"speech failed unexpectedly: {type(exc).__name__}")
+            return None
         caption = step.caption
         voice = TypedBytes(speech.data, "reply.ogg", "audio/ogg")
         for attempt in range(5):
