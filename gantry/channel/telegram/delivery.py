@@ -114,10 +114,10 @@ class Delivery:
         total = len(steps)
         for i in range(row.sent_parts, total):
             sent = await self._step(row, i, steps[i])
-            if sent is not None:
-                self.reactions.sent(row.chat_id, sent, row.update_id)
             row.sent_parts = i + 1
             self.store.mark_sent(row.update_id, row.sent_parts, total)
+            if sent is not None:
+                self.reactions.sent(row.chat_id, sent, row.update_id)
         texts = sum(isinstance(s, Rendered) for s in steps)
         for extra in row.stream_msgs[texts:]:  # streamed text outgrew the final reply
             await self._quiet_delete(row.chat_id, extra)

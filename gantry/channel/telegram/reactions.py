@@ -97,13 +97,19 @@ class Reactions:
             return False
 
     def sent(self, chat: int, message_id: int, update_id: int) -> None:
-        """Record a message gantry sent as the reply to `update_id` (reactions to it count)."""
+        """Record a message gantry sent as the reply to `update_id` (reactions to it count).
+        After the part is recorded as sent, and never raising: a failure here (a full disk)
+        only means a reaction to this message will be ignored."""
         if not self.enabled:
             return
-        with self.conn:
-            self.conn.execute(
-                "INSERT OR REPLACE INTO telegram_sent (chat_id, message_id, update_id, sent_at) "
-                "VALUES (?, ?, ?, ?)", (chat, message_id, update_id, time.time()))
+        try:
+            with self.conn:
+                self.conn.execute(
+                    "INSERT OR REPLACE INTO telegram_sent (chat_id, message_id, update_id, "
+                    "sent_at) VALUES (?, ?, ?, ?)", (chat, message_id, update_id, time.time()))
+        except Exception as exc:
+            log.debug("could not record a sent message", extra={
+                "chat_id": chat, "error": f"{type(exc).__name__}: {exc}"})
 
     # ------------------------------------------------------------------ users'
 
