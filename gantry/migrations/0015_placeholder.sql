@@ -1,1 +1,0 @@
--- local placeholder (not committed): other helpers own 0015
