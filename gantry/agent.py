@@ -243,7 +243,8 @@ class Agent:
             due = msg.scheduled_for if msg.scheduled else None
             return await self._turn(msg.session_id, msg.text, stream, shared=msg.group,
                                     on_answer=msg.on_answer, scheduled_for=due,
-                                    images=msg.images, steer=msg.steer)
+                                    images=msg.images, steer=msg.steer,
+                                    context=msg.context)
         except TurnFailed as exc:
             if msg.scheduled:
                 raise
@@ -304,7 +305,7 @@ class Agent:
     async def _turn(
         self, session_id: str, text: str, stream: ReplyStream | None, *, shared: bool = False,
         on_answer: Callable[[str], None] | None = None, scheduled_for: float | None = None,
-        images: Sequence[ImagePart] = (), steer: Steer | None = None,
+        images: Sequence[ImagePart] = (), steer: Steer | None = None, context: str = "",
     ) -> str:
         """One turn; `shared` (a group chat, read by others) leaves long-term memory out of
         the prompt and its tools out of the offer, and refuses them if called anyway.
@@ -312,7 +313,8 @@ class Agent:
         `on_answer` (the channel's record of the reply) commits with the final answer;
         `scheduled_for` (unix seconds) marks a turn the scheduler started, due then.
         `images` go with `text` as content parts of the user message; `steer` gives the
-        follow-ups folded in after each tool round (gantry.steer).
+        follow-ups folded in after each tool round (gantry.steer); `context` (the
+        channel's, Inbound.context) goes in the footer, where per-turn text goes.
         """
         from gantry.model.errors import ProviderError
 
@@ -333,7 +335,7 @@ class Agent:
             memory = ""
         texts = [text, *_earlier_user_texts(history, ROUTING_CONTEXT_TURNS)]
         # Once per turn, to the minute: every call of the turn sends the same bytes.
-        footer = time_footer(self.clock(), self.zone, scheduled_for)
+        footer = time_footer(self.clock(), self.zone, scheduled_for, context)
         new: list[Message] = []
         rounds = resumed or 0
         used: list[str] = []

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 FALLBACK_MAX = 5  # LLM_FALLBACK_1_* … LLM_FALLBACK_5_*
-SECRETS = ("LLM_API_KEY", "TELEGRAM_BOT_TOKEN", "LLM_TRANSCRIBE_API_KEY",
+SECRETS = ("LLM_API_KEY", "TELEGRAM_BOT_TOKEN", "LLM_TRANSCRIBE_API_KEY", "LLM_SPEECH_API_KEY",
            *(f"LLM_FALLBACK_{n}_API_KEY" for n in range(1, FALLBACK_MAX + 1)))
 CHANNELS = ("telegram", "stdio")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -107,6 +107,12 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     llm_fallback_5_base_url: str = ""
     llm_fallback_5_api_key: str = ""
     llm_fallback_notice: bool = False  # true: a reply a fallback model wrote says so
+    llm_speech_model: str = ""  # set: replies to voice notes (or after /voice on) are spoken too
+    llm_speech_voice: str = "alloy"
+    llm_speech_base_url: str = ""  # default: LLM_BASE_URL
+    llm_speech_api_key: str = ""  # default: LLM_API_KEY
+    speech_max_chars: int = 1000  # characters of one reply spoken at most; the rest stays text
+    telegram_reactions: bool = True  # 👀 on a message being answered; users' reactions as feedback
     backup_dir: str = ""  # set: `gantry run` writes a backup there every BACKUP_EVERY
     backup_every: str = "1d"
     backup_keep: int = 7
@@ -165,6 +171,7 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "media_max_total_bytes": (1_000, 10_000_000_000_000),
     "document_timeout_seconds": (1, 600),
     "backup_keep": (1, 10_000),
+    "speech_max_chars": (50, 100_000),
 }
 _DURATION = re.compile(r"([0-9]+)\s*([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -308,7 +315,7 @@ def load(
     elif url and _LOGIN.match(url):
         problems.append(URL_LOGIN_PROBLEM)
 
-    for name in ("LLM_TRANSCRIBE_BASE_URL",
+    for name in ("LLM_TRANSCRIBE_BASE_URL", "LLM_SPEECH_BASE_URL",
                  *(f"LLM_FALLBACK_{n}_BASE_URL" for n in range(1, FALLBACK_MAX + 1))):
         _check_url(name, values.get(name.lower()), problems)
     problems += _fallback_problems(env, values)

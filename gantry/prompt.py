@@ -58,11 +58,13 @@ def local_minute(now: float, zone: tzinfo) -> datetime:
     return moment.replace(second=0, microsecond=0)
 
 
-def time_footer(now: float, zone: tzinfo, scheduled_for: float | None = None) -> str:
+def time_footer(now: float, zone: tzinfo, scheduled_for: float | None = None,
+                context: str = "") -> str:
     """The per-turn time block: local date and time to the minute, weekday, UTC offset and
     zone, then the dates "tomorrow", "Monday" and "next week" mean, so the model needs no
     calendar arithmetic. Dates come from the local calendar (not +24 h), so a DST change day
-    is still one day. `scheduled_for` marks a turn the scheduler started."""
+    is still one day. `scheduled_for` marks a turn the scheduler started; `context` (the
+    channel's lines for this turn, a user's reaction) follows the time."""
     moment = local_minute(now, zone)
     today = moment.date()
     monday = today - timedelta(days=today.weekday())
@@ -85,6 +87,8 @@ def time_footer(now: float, zone: tzinfo, scheduled_for: float | None = None) ->
             f"This turn was started by the scheduler, not typed by the user; it was due "
             f"{_day(due.date())} {due.strftime('%H:%M')} {_offset(due)}."
         )
+    if context.strip():
+        lines.append(context.strip())
     return "\n\n" + "\n".join(lines)
 
 

@@ -54,7 +54,7 @@ class PersonaHolder:
 
 def build_channel(
     cfg: Config, conn: Any, ssl_context: ssl.SSLContext | None = None, agent: Any = None,
-    media: Any = None,
+    media: Any = None, speech: Any = None,
 ) -> Any:
     """The configured channel; aiogram is imported only for CHANNEL=telegram."""
     if cfg.channel == "stdio":
@@ -69,7 +69,7 @@ def build_channel(
 
         return StdioChannel(stream_replies=cfg.stream_replies,
                             intro=intro if agent is not None else None, media=media,
-                            followups=cfg.followups)
+                            followups=cfg.followups, speech=speech)
     from gantry.channel.telegram import TelegramChannel
 
     return TelegramChannel(
@@ -82,6 +82,8 @@ def build_channel(
         ssl_context=ssl_context,
         media=media,
         followups=cfg.followups,
+        speech=speech,
+        reactions=cfg.telegram_reactions,
     )
 
 
@@ -260,7 +262,9 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
 
     media = reader_for(cfg, tls)
     media.prune()  # kept media past MEDIA_KEEP_DAYS or over MEDIA_MAX_TOTAL_BYTES
-    channel = build_channel(cfg, conn, tls, agent, media)
+    from gantry.media.speech import speaker_for
+
+    channel = build_channel(cfg, conn, tls, agent, media, speaker_for(cfg, tls))
     if mcp_host is not None:
         mcp_host.elicitor.attach(channel)  # servers' questions are asked through it
     turns = Turns(settle=agent.sessions.settle_stopped)
@@ -386,8 +390,10 @@ def main(env_file: str | None) -> int:
     redactor = logsetup.setup(
         log_level(cfg, environ, sys.stderr),
         [*cfg.model_secrets, cfg.telegram_bot_token, cfg.llm_transcribe_api_key,
+         cfg.llm_speech_api_key,
          *(s for e in cfg.endpoints for s in logsetup.url_secrets(e.base_url)),
-         *logsetup.url_secrets(cfg.llm_transcribe_base_url)],
+         *logsetup.url_secrets(cfg.llm_transcribe_base_url),
+         *logsetup.url_secrets(cfg.llm_speech_base_url)],
         fmt=cfg.log_format,
     )
     from gantry.db import DatabaseError

@@ -62,6 +62,8 @@ def test_field_names_are_the_spec_variables() -> None:
         "BACKUP_DIR", "BACKUP_EVERY", "BACKUP_KEEP", "LLM_FALLBACK_NOTICE", "FOLLOWUPS",
         *(f"LLM_FALLBACK_{n}_{part}" for n in range(1, 6)
           for part in ("MODEL", "BASE_URL", "API_KEY")),
+        "LLM_SPEECH_MODEL", "LLM_SPEECH_VOICE", "LLM_SPEECH_BASE_URL", "LLM_SPEECH_API_KEY",
+        "SPEECH_MAX_CHARS", "TELEGRAM_REACTIONS",
     }
 
 

@@ -103,6 +103,9 @@ class Inbound(msgspec.Struct, frozen=True):
     steer: Steer | None = None
     """The same user's follow-ups, folded into this turn between its rounds (gantry.steer);
     None: FOLLOWUPS=queue, or a channel without them."""
+    context: str = ""
+    """What the channel knows that the user did not type (a reaction to an earlier reply):
+    lines shown to the model with this turn's time footer, never stored in the history."""
 
     @property
     def session_id(self) -> str:

@@ -54,6 +54,17 @@ async def capped_body(response: httpx.Response, limit: int) -> bytes | None:
     return bytes(data)
 
 
+def client_args(api_key: str, verify: ssl.SSLContext | bool, timeout: float,
+                transport: httpx.AsyncBaseTransport | None) -> dict[str, Any]:
+    """httpx.AsyncClient's arguments for an audio endpoint (transcription, speech): gantry's
+    User-Agent, the key as a bearer token, the timeout with a short connect."""
+    headers = {"User-Agent": f"gantry/{__version__}"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return {"headers": headers, "verify": verify, "transport": transport,
+            "timeout": httpx.Timeout(timeout, connect=min(timeout, 10.0))}
+
+
 class Transcriber:
     """One transcription endpoint: base URL, key and model."""
 
@@ -62,13 +73,7 @@ class Transcriber:
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.url = base_url.rstrip("/") + "/audio/transcriptions"
         self.model = model
-        headers = {"User-Agent": f"gantry/{__version__}"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        self._args: dict[str, Any] = {
-            "headers": headers, "verify": verify, "transport": transport,
-            "timeout": httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-        }
+        self._args = client_args(api_key, verify, timeout, transport)
         self._http: httpx.AsyncClient | None = None
 
     async def __call__(self, path: Path, name: str, mime: str, kind: str = "voice") -> str:

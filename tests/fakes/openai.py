@@ -51,6 +51,7 @@ __all__ = [
     "Reply",
     "Script",
     "SendAttachment",
+    "SpeechRequest",
     "ToolCalls",
     "UseTool",
     "WhenOffered",
@@ -277,6 +278,17 @@ class Transcription:
 
 
 @dataclass
+class SpeechRequest:
+    """One `/audio/speech` request as received (its JSON body's fields)."""
+
+    model: str
+    input: str
+    voice: str
+    response_format: str
+    authorization: str
+
+
+@dataclass
 class RecordedRequest:
     """One request as received: method, path, headers and the parsed JSON body."""
 
@@ -428,6 +440,7 @@ class FakeOpenAI(LoopbackServer):
         self.model = model
         self.default: Script = default or Echo()
         self.requests: list[RecordedRequest] = []
+        self.speeches: list[SpeechRequest] = []  # /audio/speech requests, in order
         self._queue: deque[Script] = deque()
         self._lock = threading.Lock()
 
@@ -464,6 +477,7 @@ class FakeOpenAI(LoopbackServer):
     def _routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._handle)
         app.router.add_post("/v1/audio/transcriptions", self._transcribe)
+        app.router.add_post("/v1/audio/speech", self._speech)
 
     # ------------------------------------------------------------------ audio (media tests)
 
@@ -483,6 +497,37 @@ class FakeOpenAI(LoopbackServer):
         if status != 200:
             return _error_response(status, "transcription failed")
         return web.json_response({"text": getattr(self, "transcript", "a transcribed note")})
+
+    speech_status = 200
+    """`/audio/speech` answers this status (an OpenAI-shaped error body unless 200)."""
+    speech_body: bytes | None = None
+    """Set: `/audio/speech` answers these bytes instead of a valid OGG/Opus file."""
+    speech_delay = 0.0
+    """Seconds `/audio/speech` waits (recorded first) before it answers: a slow service."""
+
+    async def _speech(self, request: web.Request) -> web.StreamResponse:
+        """`POST /audio/speech` (JSON: model, input, voice, response_format), answered with a
+        small valid OGG/Opus file, a second of silence per 20 characters spoken, made for each
+        request; each request is kept in `speeches`."""
+        from tests.fakes.media_samples import ogg_opus
+
+        try:
+            body = await request.json()
+        except ValueError:
+            body = {}
+        body = body if isinstance(body, dict) else {}
+        self.speeches.append(SpeechRequest(
+            model=str(body.get("model", "")), input=str(body.get("input", "")),
+            voice=str(body.get("voice", "")), response_format=str(body.get("response_format", "")),
+            authorization=request.headers.get("Authorization", "")))
+        if self.speech_delay:
+            await asyncio.sleep(self.speech_delay)
+        if self.speech_status != 200:
+            return _error_response(self.speech_status, "speech failed")
+        if self.speech_body is not None:
+            return web.Response(body=self.speech_body, content_type="audio/ogg")
+        audio = ogg_opus(max(1.0, len(str(body.get("input", ""))) / 20))
+        return web.Response(body=audio, content_type="audio/ogg")
 
     def _next(self) -> Script:
         with self._lock:

@@ -39,6 +39,7 @@ from gantry.channel.reply import Attachment, unpack
 from gantry.channel.stdio.editor import LineEditor, keystroke_mode, width
 from gantry.channel.stdio.elicit import StdioDialog
 from gantry.channel.stdio.output import Intro, StdioStream, intro_line, mark
+from gantry.channel.stdio.voice import VOICE_HELP, is_voice, speak_last
 from gantry.log import around_terminal_lines
 from gantry.media.build import compose
 from gantry.media.files import MediaError
@@ -72,10 +73,13 @@ class StdioChannel:
         intro: Callable[[str], Intro] | None = None,
         media: Any = None,
         followups: str = "steer",
+        speech: Any = None,
     ) -> None:
         self.stream_replies = stream_replies
         self.followups = followups  # "steer": a line typed during a reply joins its turn
         self.media = media  # gantry.media.build.MediaReader for /attach (None: /attach is refused)
+        self.speech = speech  # gantry.media.speech.Speaker for /voice (None: not set up)
+        self._last_reply: str | None = None  # what /voice speaks
         self.inp = inp or sys.stdin
         self.out = out or sys.stdout
         self.interactive = _isatty(self.inp)
@@ -320,6 +324,11 @@ class StdioChannel:
             self.out.write(NOTHING_TO_STOP + "\n")
             self.out.flush()
             return
+        if is_voice(text):  # the last reply spoken into a file: no model call
+            data_dir = self.media.data_dir if self.media is not None else "."
+            self.out.write(await speak_last(self.speech, self._last_reply, data_dir) + "\n")
+            self.out.flush()
+            return
         attached = await self._attached(text)
         if isinstance(attached, str):  # refused: say why, no model call
             self.out.write(attached + "\n")
@@ -349,7 +358,10 @@ class StdioChannel:
         packed = unpack(reply)
         reply = packed.text
         if text.strip().lower() == "/help":
-            reply += "\n" + ATTACH_HELP + ("\n" + KEYS_HELP if self.terminal else "")
+            reply += "\n" + ATTACH_HELP + "\n" + VOICE_HELP + (
+                "\n" + KEYS_HELP if self.terminal else "")
+        elif attached is not None or not text.strip().startswith("/"):
+            self._last_reply = reply  # a model's answer, not a command's
         if stream is not None:
             await stream.finish(reply)
         else:

@@ -20,7 +20,7 @@ import msgspec
 
 PENDING = "state IN ('accepted', 'replied')"
 PENDING_COLUMNS = ("update_id, chat_id, user_id, message_id, text, reply, sent_parts, "
-                   "stream_msgs, media, media_group")
+                   "stream_msgs, media, media_group, voice")
 MAX_ATTEMPTS = 3  # consecutive attempts ending in an ordinary failure before giving up
 MAX_CRASHES = 5  # consecutive attempts the process died during before giving up
 
@@ -63,6 +63,7 @@ class Pending(msgspec.Struct):
     stream_msgs: list[int]
     media: str = "[]"  # JSON list of gantry.media.kinds.Media, read when the turn runs
     media_group: str | None = None
+    voice: bool = False  # the reply is spoken too (gantry.channel.telegram.voice)
 
 
 class Accepted(msgspec.Struct, frozen=True):
@@ -75,6 +76,7 @@ class Accepted(msgspec.Struct, frozen=True):
     done: bool = False  # finished on arrival, nothing to send (a /stop, handled at once)
     media: str = "[]"
     media_group: str | None = None
+    voice: bool = False
 
 
 def _pending(r: tuple[object, ...]) -> Pending:
@@ -83,7 +85,7 @@ def _pending(r: tuple[object, ...]) -> Pending:
         int(r[0]), int(r[1]), int(r[2]), int(r[3]), str(r[4]),  # type: ignore[call-overload]
         None if r[5] is None else str(r[5]), int(r[6]),  # type: ignore[call-overload]
         [int(x) for x in json.loads(str(r[7]))], str(r[8]),
-        None if r[9] is None else str(r[9]),
+        None if r[9] is None else str(r[9]), bool(r[10]),
     )
 
 
@@ -127,9 +129,10 @@ class TelegramStore:
                 self._rows(
                     "INSERT OR IGNORE INTO telegram_update (update_id, chat_id, user_id, "
                     "message_id, text, state, reply, received_at, answered_at, media, "
-                    "media_group) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "media_group, voice) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (u.update_id, u.chat_id, u.user_id, u.message_id, u.text, _arrival_state(u),
-                     u.reply, now, now if u.done else None, u.media, u.media_group),
+                     u.reply, now, now if u.done else None, u.media, u.media_group,
+                     int(u.voice)),
                 )
             for update_id in stopped:
                 self._rows(
