@@ -88,6 +88,12 @@ HELP = (
 )
 
 
+def help_text(commands: Any) -> str:
+    """HELP with the other commands' lines (gantry.slash) before its last line."""
+    head, _, last = HELP.rpartition("\n")
+    return "\n".join([head, *(c.help for c in commands), last])
+
+
 class Model(Protocol):
     """What the agent needs from the provider (gantry.model.client.Provider satisfies it)."""
 
@@ -172,6 +178,7 @@ class Agent:
     private_status_lines: list[Callable[[str], str]] = field(default_factory=list)
     outbox: Any = None  # gantry.outbox.Outbox: files tools returned, for send_attachment
     zone: tzinfo = UTC  # the user's zone (CRON_TZ): the time footer of every turn is in it
+    commands: dict[str, Any] = field(default_factory=dict)  # word → gantry.slash.Command
     clock: Callable[[], float] = time.time  # wall time for the footer (tests fix it)
     started: float = field(default_factory=time.monotonic)
     # session → (lock, turns holding or waiting for it); dropped at zero, so it stays small
@@ -221,13 +228,20 @@ class Agent:
             if command == "/status":
                 return self.status(msg.session_id, shared=msg.group)
             if command in ("/help", "/start"):
-                return HELP
-            if not msg.scheduled and (unknown := unknown_command(msg.text)) is not None:
+                return help_text(self.commands.values())
+            text, images = msg.text, msg.images
+            if (extra := self.commands.get(command)) is not None:  # gantry.slash
+                words = msg.text.strip().split(maxsplit=1)
+                outcome = await extra.run(msg, words[1] if len(words) > 1 else "")
+                if isinstance(outcome, str):
+                    return outcome
+                text, images = outcome.text, outcome.images
+            elif not msg.scheduled and (unknown := unknown_command(msg.text)) is not None:
                 return unknown
             due = msg.scheduled_for if msg.scheduled else None
-            return await self._turn(msg.session_id, msg.text, stream, shared=msg.group,
+            return await self._turn(msg.session_id, text, stream, shared=msg.group,
                                     on_answer=msg.on_answer, scheduled_for=due,
-                                    images=msg.images)
+                                    images=images)
         except TurnFailed as exc:
             if msg.scheduled:
                 raise

@@ -249,6 +249,10 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
         zone=user_zone(cfg.cron_tz),
         outbox=outbox,
     )
+    from gantry.mcp.prompt_command import PromptCommands
+
+    for command in PromptCommands(mcp_host, float(cfg.elicitation_timeout_seconds)).commands():
+        agent.commands[command.name] = command
     from gantry.media.build import reader_for
 
     media = reader_for(cfg, tls)

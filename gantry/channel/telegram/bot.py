@@ -25,7 +25,9 @@ log = logging.getLogger("gantry.channel.telegram")
 
 COMMANDS = [("new", "start a new conversation"), ("status", "uptime, model, history size"),
             ("stop", "stop the reply being written"), ("cancel", "same as /stop"),
-            ("decline", "decline an MCP server's question"), ("help", "what I can do")]
+            ("decline", "decline an MCP server's question"),
+            ("prompts", "the MCP servers' prompts"), ("prompt", "run an MCP server's prompt"),
+            ("help", "what I can do")]
 SESSION_LIMIT = 100  # aiogram's defaults for its aiohttp connector (see _Session)
 SESSION_DNS_TTL = 3600
 MENU_ATTEMPTS = 5  # setMyCommands tries before the menu is given up (one warning)
