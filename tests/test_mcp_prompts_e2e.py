@@ -134,6 +134,13 @@ def test_stdio_over_streamable_http_prompt_asks_and_resources_read(
                "resource_read can read it: server 'every', this uri]" in link
         assert text.startswith("[resource demo://resource/dynamic/text/2]\nResource 2: This "
                                "is a plaintext resource")
+        # A blob read into the outbox and sent: the REPL prints the kept file's path.
+        fake.default = SendAttachment(Call("resource_read", {"server": "every", "uri": BLOB}),
+                                      "blob sent")
+        g.send("send me the blob")
+        g.expect("blob sent\n", timeout=60)
+        line = g.expect("B)\n")
+        assert f"[attachment] {g.data_dir}/outbox/" in line and "(text/plain," in line
         g.send("/prompt every nope")
         g.expect("MCP server 'every' has no prompt 'nope'.")
         g.close_stdin()
