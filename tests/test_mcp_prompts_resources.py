@@ -23,8 +23,8 @@ from gantry.outbox import Outbox, attachment_tool
 from gantry.tools import CALLER, Registry
 from tests.fakes.mcp_remote import everything_http, toml_remote
 from tests.fakes.mcp_servers import (
-    NPM_PREFIX,
     EVERYTHING,
+    NPM_PREFIX,
     everything_command,
     python_fixture_toml,
     time_command,
@@ -79,7 +79,7 @@ async def call(registry: Registry, name: str, /, **args: object) -> str:
 @pytest.mark.parametrize("mode", MODES)
 async def test_resources_are_listed_and_read_text_and_blob(mode: str, tmp_path: Path) -> None:
     with everything(mode) as manifest:
-        async with running(manifest, tmp_path) as (host, registry, outbox):
+        async with running(manifest, tmp_path) as (_host, registry, outbox):
             tools = {t.name: t for t in registry.tools() if t.source == SOURCE}
             assert sorted(tools) == [LIST_TOOL, READ]
             assert tools[READ].parameters["properties"]["server"]["enum"] == ["every"]
