@@ -11,11 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
-
 from gantry.clip import clip
 from gantry.mcp import convert
-from gantry.mcp.trouble import describe
+from gantry.mcp.trouble import within
 from gantry.model.messages import ImagePart, ImageURL
 from gantry.tools import truncate
 
@@ -155,19 +153,8 @@ def prompt_message(messages: Any, max_chars: int, keep: convert.Keep | None = No
 async def get_prompt(session: Any, server: str, timeout: float, name: str,
                      arguments: Mapping[str, str]) -> Any:
     """prompts/get within `timeout`; PromptError says why it failed."""
-    from mcp.shared.exceptions import MCPError
-
-    try:
-        with anyio.fail_after(timeout):
-            return await session.get_prompt(name, dict(arguments))
-    except TimeoutError:
-        raise PromptError(f"MCP server {server!r} did not give the prompt {name!r} within "
-                          f"{timeout:g} s") from None
-    except MCPError as exc:
-        raise PromptError(f"MCP server {server!r} refused the prompt {name!r}: "
-                          f"{clip(exc.message, 300)}") from None
-    except Exception as exc:
-        log.warning("mcp prompts/get failed", extra={"server": server, "prompt": name,
-                                                     "error": describe(exc)[:300]})
-        raise PromptError(f"getting the prompt {name!r} from MCP server {server!r} failed: "
-                          f"{describe(exc)[:300]}") from None
+    return await within(
+        lambda: session.get_prompt(name, dict(arguments)), timeout, PromptError,
+        late=f"MCP server {server!r} did not give the prompt {name!r}",
+        refused=f"MCP server {server!r} refused the prompt {name!r}",
+        failed=f"getting the prompt {name!r} from MCP server {server!r} failed")

@@ -23,7 +23,7 @@ from gantry.clip import clip
 from gantry.mcp import convert
 from gantry.mcp.convert import READ_TOOL
 from gantry.mcp.manifest import ServerSpec
-from gantry.mcp.trouble import describe
+from gantry.mcp.trouble import describe, within
 from gantry.tools import Registry, Source, Tool, ToolError
 
 log = logging.getLogger("gantry.mcp")
@@ -218,8 +218,6 @@ class ResourceTools:
         return listing_text(server.spec.name, listing.entries, listing.complete)
 
     async def run_read(self, args: dict[str, Any]) -> str:
-        from mcp.shared.exceptions import MCPError
-
         server = self._server(args)
         name = server.spec.name
         uri = str(args.get("uri", "")).strip()
@@ -228,18 +226,11 @@ class ResourceTools:
         session = server.session
         if session is None:
             raise ToolError(f"MCP server {name!r} is {server.state}; retry shortly")
-        try:
-            with anyio.fail_after(server.spec.timeout_seconds):
-                result = await session.read_resource(uri)
-        except TimeoutError:
-            raise ToolError(f"reading {uri} on MCP server {name!r} did not finish within "
-                            f"{server.spec.timeout_seconds:g} s") from None
-        except MCPError as exc:
-            raise ToolError(f"MCP server {name!r} could not read {uri}: "
-                            f"{clip(exc.message, 300)}") from None
-        except Exception as exc:
-            raise ToolError(f"reading {uri} on MCP server {name!r} failed: "
-                            f"{describe(exc)[:300]}") from None
+        result = await within(
+            lambda: session.read_resource(uri), server.spec.timeout_seconds, ToolError,
+            late=f"reading {uri} on MCP server {name!r} did not finish",
+            refused=f"MCP server {name!r} could not read {uri}",
+            failed=f"reading {uri} on MCP server {name!r} failed")
         return read_text(uri, list(result.contents or ()), self.keep)
 
     def _tools(self, names: list[str]) -> list[Tool]:

@@ -6,34 +6,18 @@ resource into the outbox and sends it with send_attachment."""
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.binary.rootfs import INSTALL_PATH, Sandbox
-from tests.fakes.mcp_remote import HttpServer, everything_http, toml_remote
+from tests.binary.test_binary_mcp_remote import KEY, _Run, every
+from tests.fakes.mcp_remote import HttpServer, toml_remote
 from tests.fakes.openai import Call, FakeOpenAI, Reply, SendAttachment, without_footer
-from tests.procs import ChildIO
 
 pytestmark = [pytest.mark.binary, pytest.mark.slow]
-
-KEY = "sk-binary-smoke"
-WAIT = 90.0
-
-
-@pytest.fixture(scope="module")
-def every() -> Iterator[HttpServer]:
-    if shutil.which("node") is None:
-        pytest.skip("node not found: the remote server is npm server-everything")
-    with everything_http("streamableHttp") as srv:
-        yield srv
-
-
-class _Run(ChildIO):
-    default_wait = WAIT
+__all__ = ["every"]  # the remote server-everything, a fixture used by name below
 
 
 def test_prompts_and_resources_in_the_frozen_binary(
