@@ -149,7 +149,6 @@ class Supervisor:
                     session = await self._connect(link, read, write)
                     async with session:
                         await self._initialize(session, link)
-                        await self._list_all(session, range(len(self.listings)))
                         await self.watches.resubscribe(session)
                         self.session = session
                         self.state = "up"
@@ -273,12 +272,17 @@ class Supervisor:
         )
 
     async def _initialize(self, session: Any, link: Link) -> None:
-        """initialize + tools/list; a child that dies meanwhile fails it at once (its stdout
-        closes, and the SDK fails the pending request)."""
+        """initialize, the listings (prompts, resources: each bounded on its own, a failure
+        only logged), then tools/list last, so tools listed means the server is all but up; a
+        child that dies meanwhile fails it at once (its stdout closes, and the SDK fails the
+        pending request)."""
         step = "initialize"
         try:
             with anyio.fail_after(INIT_TIMEOUT):
                 result = await session.initialize()
+            self.capabilities = result.capabilities
+            await self._list_all(session, range(len(self.listings)))
+            with anyio.fail_after(INIT_TIMEOUT):
                 step = "tools/list"
                 await self.catalog.list_tools(session)
         except Exception as exc:
@@ -293,7 +297,6 @@ class Supervisor:
                 why = describe(exc)
             raise ServerStartError(self._start_message(why, link.tail())) from None
         self.instructions = result.instructions or ""
-        self.capabilities = result.capabilities
         resources = getattr(result.capabilities, "resources", None)
         self.watches.can_subscribe = bool(getattr(resources, "subscribe", False))
 
