@@ -241,7 +241,7 @@ def test_tools_list_is_what_the_model_is_offered(
     for request in (fake.requests[0], fake.requests[-1]):
         sent = request.body["tools"]
         assert [t["function"]["name"] for t in sent] == listed
-        assert summary == f"tools offered: {len(sent)} (10 built in + {mcp} MCP), " \
+        assert summary == f"tools offered: {len(sent)} (12 built in + {mcp} MCP), " \
             f"~{wire_tokens(sent)} schema tokens per request (est.)"
     g.send("/status")
     assert f"\n{summary}\n" in g.expect("restarts\n")
