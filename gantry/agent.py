@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, tzinfo
 from typing import Any, Protocol
@@ -89,6 +89,12 @@ HELP = (
     "/stop — stop the reply being written (also /cancel)\n"
     "/decline — decline an MCP server's question (/cancel cancels it)\n/help — this text"
 )
+
+
+def help_text(lines: Iterable[str]) -> str:
+    """HELP with the other commands' lines (gantry.commands) before its last line."""
+    head, _, last = HELP.rpartition("\n")
+    return "\n".join([head, *lines, last])
 
 
 class Model(Protocol):
@@ -183,7 +189,8 @@ class Agent:
     zone: tzinfo = UTC  # the user's zone (CRON_TZ): the time footer of every turn is in it
     # after the persona in the system prompt, given `shared` (skills' listing: gantry.skills)
     prompt_blocks: list[Callable[[bool], str]] = field(default_factory=list)
-    commands: list[CommandHandler] = field(default_factory=list)  # /skills, /<skill> …
+    # /skills, /<skill> … (gantry.skills), /prompts, /prompt (gantry.slash)
+    commands: list[CommandHandler] = field(default_factory=list)
     clock: Callable[[], float] = time.time  # wall time for the footer (tests fix it)
     started: float = field(default_factory=time.monotonic)
     # session → (lock, turns holding or waiting for it); dropped at zero, so it stays small
@@ -233,11 +240,12 @@ class Agent:
             if command == "/status":
                 return self.status(msg.session_id, shared=msg.group)
             if command in ("/help", "/start"):
-                return "\n".join([HELP, *(line for c in self.commands for line in c.help)])
+                return help_text(line for c in self.commands for line in c.help)
             if not msg.scheduled and (handled := await dispatch(self.commands, msg)):
                 if handled.reply is not None:
                     return handled.reply
-                msg = msgspec.structs.replace(msg, text=handled.text)
+                msg = msgspec.structs.replace(msg, text=handled.text,
+                                              images=handled.images or msg.images)
             elif not msg.scheduled and (unknown := unknown_command(msg.text)) is not None:
                 return unknown
             due = msg.scheduled_for if msg.scheduled else None

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gantry.channel.base import Inbound
+from gantry.model.messages import ImagePart
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,7 @@ class Handled:
 
     reply: str | None = None
     text: str = ""
+    images: tuple[ImagePart, ...] = ()  # with `text` (an MCP prompt's images)
 
 
 class CommandHandler(Protocol):

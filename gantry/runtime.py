@@ -258,6 +258,11 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
         model_status=provider.status,
         model_notice=provider.notice if cfg.llm_fallback_notice else None,
     )
+    from gantry.mcp.prompt_command import PromptCommands
+    from gantry.slash import SlashCommands
+
+    prompts = PromptCommands(mcp_host, float(cfg.elicitation_timeout_seconds)).commands()
+    agent.commands.append(SlashCommands(prompts))
     from gantry.media.build import reader_for
 
     media = reader_for(cfg, tls)

@@ -227,11 +227,12 @@ def test_tools_list_is_what_the_model_is_offered(
     assert marks["memory__echo"][0] == "memory" and marks["every__echo"][0] == "every"
     builtin = [n for n in listed if "__" not in n]
     assert builtin == ["cron_cancel", "cron_list", "cron_schedule", "memory_forget",
-                       "memory_recall", "memory_store", "send_attachment", "watch_add",
-                       "watch_cancel", "watch_list"]  # send_attachment and watches come
-    # with MCP servers
-    mcp = len(listed) - 10
-    assert summary.startswith(f"tools offered: {len(listed)} (10 built in + {mcp} MCP), ~")
+                       "memory_recall", "memory_store", "resource_list", "resource_read",
+                       "send_attachment", "watch_add", "watch_cancel", "watch_list"]
+    # send_attachment and watches come with MCP servers, the resource tools with
+    # server-everything's resources
+    mcp = len(listed) - 12
+    assert summary.startswith(f"tools offered: {len(listed)} (12 built in + {mcp} MCP), ~")
 
     fake.push(ToolCalls([Call("memory__crash", {}, id="c1")]), Reply("it broke"))
     g.ask("break the memory server", "it broke", timeout=BOOT)
@@ -240,7 +241,7 @@ def test_tools_list_is_what_the_model_is_offered(
     for request in (fake.requests[0], fake.requests[-1]):
         sent = request.body["tools"]
         assert [t["function"]["name"] for t in sent] == listed
-        assert summary == f"tools offered: {len(sent)} (10 built in + {mcp} MCP), " \
+        assert summary == f"tools offered: {len(sent)} (12 built in + {mcp} MCP), " \
             f"~{wire_tokens(sent)} schema tokens per request (est.)"
     g.send("/status")
     assert f"\n{summary}\n" in g.expect("restarts\n")

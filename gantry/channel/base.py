@@ -18,8 +18,9 @@ from gantry.steer import Steer
 
 Progress = Callable[[int, int], None]
 
-COMMANDS = frozenset({"/new", "/status", "/help", "/start"})
-"""The commands the agent answers itself (`/start` is Telegram's first message)."""
+COMMANDS = frozenset({"/new", "/status", "/help", "/start", "/prompts", "/prompt"})
+"""The commands the agent answers itself (`/start` is Telegram's first message; `/prompts`
+and `/prompt` are MCP servers' prompts, gantry/mcp/prompt_command.py)."""
 STOP_COMMANDS = frozenset({"/stop", "/cancel"})
 """The commands a channel handles itself, out of band: they stop the chat's running turn."""
 STOPPED_REPLY = "Stopped."

@@ -7,6 +7,7 @@ import logging
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +72,8 @@ class Caller:
         self.name = supervisor.name
         self.asking = asking  # the calls in flight, for the server's questions to the user
         self.keep = keep  # where binary results go so the model can send them (gantry.outbox)
+        # Whether resource_read reads this server's resources (its links then say so).
+        self.readable: Callable[[], bool] = lambda: False
         self.stats: dict[str, ToolStats] = {}
 
     async def call(
@@ -121,7 +124,9 @@ class Caller:
         sup.breaker.success()
         error = bool(getattr(result, "is_error", False))
         stats.record(time.monotonic() - started, error=error)
-        text = convert.result_text(result.content, result.structured_content, error, self.keep)
+        reader = self.name if self.readable() else ""
+        text = convert.result_text(result.content, result.structured_content, error, self.keep,
+                                   reader)
         return CallResult(text, error=error, structured=result.structured_content)
 
     async def _send_call(self, session: Any, tool: str, args: dict[str, Any]) -> Any:

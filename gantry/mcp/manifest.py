@@ -60,6 +60,9 @@ class ServerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     allow_http: bool = False
     required: bool = True
     timeout_seconds: float = DEFAULT_TIMEOUT
+    # The built-in resource_list / resource_read tools read this server's resources
+    # (gantry/mcp/resource_tool.py); `resources = false` keeps them off it.
+    resources: bool = True
     # OAuth for a remote server (gantry/mcp/oauth.py, docs/mcp.md "OAuth").
     auth: str | None = None
     client_id: str | None = None
@@ -94,15 +97,18 @@ class ServerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
             return (f"ServerSpec(name={self.name!r}, url={self.where!r}, "
                     f"transport={self.transport!r}, headers={headers!r}, "
                     f"required={self.required!r}, timeout_seconds={self.timeout_seconds!r}"
-                    f"{self._auth_repr()})")
+                    f"{self._resources_repr()}{self._auth_repr()})")
         env = {k: HIDDEN for k in self.env}
         args = [self.hide(a) for a in self.args]
         cwd = self.hide(self.cwd) if self.cwd is not None else None
         return (f"ServerSpec(name={self.name!r}, command={self.where!r}, args={args!r}, "
                 f"env={env!r}, cwd={cwd!r}, required={self.required!r}, "
-                f"timeout_seconds={self.timeout_seconds!r})")
+                f"timeout_seconds={self.timeout_seconds!r}{self._resources_repr()})")
 
     __str__ = __repr__
+
+    def _resources_repr(self) -> str:
+        return "" if self.resources else ", resources=False"
 
     def _auth_repr(self) -> str:
         if self.auth is None:
@@ -201,8 +207,8 @@ def _decode_error(where: str, exc: msgspec.ValidationError) -> str:
 
 
 ALLOWED = ("name", "command", "args", "env", "cwd", "url", "transport", "headers", "allow_http",
-           "required", "timeout_seconds", "auth", "client_id", "client_secret", "scopes",
-           "redirect_uri")
+           "required", "timeout_seconds", "resources", "auth", "client_id", "client_secret",
+           "scopes", "redirect_uri")
 
 
 def _unknown_key(where: str, key: str) -> str:

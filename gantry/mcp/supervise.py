@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from anyio.abc import TaskStatus
@@ -37,6 +37,21 @@ STABLE_AFTER = 30.0  # up this long → the next crash starts the backoff from t
 REMOTE_BACKOFF_CAP = 2.0
 INIT_TIMEOUT = 30.0
 PING_TIMEOUT = 5.0
+
+
+class Listing(Protocol):
+    """A list a server keeps besides its tools (prompts.py, resource_tool.py): read after
+    every initialize, and again when the server says it changed."""
+
+    what: str  # for the log: "prompts", "resources"
+
+    async def refresh(self, session: Any, capabilities: Any) -> None:
+        """List it again (bounded by the caller's timeout); raising leaves the old list."""
+        ...
+
+    def changed(self, message: Any) -> bool:
+        """Whether a server notification says this list changed."""
+        ...
 
 
 def backoff(attempt: int, rng: random.Random | None = None) -> float:
@@ -74,6 +89,7 @@ class Supervisor:
     def __init__(
         self, spec: ServerSpec, environ: Mapping[str, str], auth: AuthHook | None,
         catalog: Catalog, watches: Subscriptions, asking: Asking,
+        listings: Sequence[Listing] = (),
     ) -> None:
         self.spec = spec
         self.name = spec.name
@@ -81,6 +97,9 @@ class Supervisor:
         self.catalog = catalog  # listed at every start, and again on tools/list_changed
         self.watches = watches  # subscribed again at every start
         self.asking = asking  # the elicitation callback each session gets
+        self.listings = tuple(listings)  # prompts and resources, listed at every start
+        self.capabilities: Any = None  # the server's, from its last initialize
+        self._stale: set[int] = set()  # indexes of listings whose list_changed came
         self.state = "starting"
         self.session: Any = None
         self.link: Link | None = None
@@ -253,12 +272,17 @@ class Supervisor:
         )
 
     async def _initialize(self, session: Any, link: Link) -> None:
-        """initialize + tools/list; a child that dies meanwhile fails it at once (its stdout
-        closes, and the SDK fails the pending request)."""
+        """initialize, the listings (prompts, resources: each bounded on its own, a failure
+        only logged), then tools/list last, so tools listed means the server is all but up; a
+        child that dies meanwhile fails it at once (its stdout closes, and the SDK fails the
+        pending request)."""
         step = "initialize"
         try:
             with anyio.fail_after(INIT_TIMEOUT):
                 result = await session.initialize()
+            self.capabilities = result.capabilities
+            await self._list_all(session, range(len(self.listings)))
+            with anyio.fail_after(INIT_TIMEOUT):
                 step = "tools/list"
                 await self.catalog.list_tools(session)
         except Exception as exc:
@@ -304,6 +328,9 @@ class Supervisor:
                 except Exception as exc:
                     log.warning("mcp tools/list failed", extra={"server": self.name,
                                                                  "error": str(exc)[:200]})
+            if self._stale:
+                stale, self._stale = sorted(self._stale), set()
+                await self._list_all(session, stale)
             if self._probe:
                 self._probe = False
                 with anyio.move_on_after(PING_TIMEOUT) as scope:
@@ -326,9 +353,25 @@ class Supervisor:
             self._wake.set()
         elif isinstance(message, ResourceUpdatedNotification):
             self.watches.updated(str(message.params.uri))
+        elif any(listing.changed(message) for listing in self.listings):
+            self._stale.update(i for i, listing in enumerate(self.listings)
+                               if listing.changed(message))
+            self._wake.set()
         elif isinstance(message, Exception):
             log.warning("mcp transport error", extra={"server": self.name,
                                                        "error": str(message)[:200]})
+
+    async def _list_all(self, session: Any, which: Any) -> None:
+        """Each listing in `which` read again, each within INIT_TIMEOUT; a failure keeps
+        that list as it was (a server's prompts are no reason to refuse its tools)."""
+        for i in which:
+            listing = self.listings[i]
+            try:
+                with anyio.fail_after(INIT_TIMEOUT):
+                    await listing.refresh(session, self.capabilities)
+            except Exception as exc:
+                log.warning(f"mcp {listing.what} list failed; the last list is kept",
+                            extra={"server": self.name, "error": describe(exc)[:200]})
 
     # ------------------------------------------------------------------ for the call path
 

@@ -8,7 +8,9 @@ N chars), `grow` (adds a tool and sends tools/list_changed), `size` (takes an in
 lines), `grandchild` (spawns a sleeping grandchild and returns its pid), `env` (one variable
 of its environment), `picture` (an image block), `fail` (an isError result), `nag` (asks the
 user a question, again after each one not answered), `slow` (sleeps; writes down whether the
-client cancelled it with notifications/cancelled).
+client cancelled it with notifications/cancelled), `add_prompt` and `add_doc` (add a prompt
+or a resource, and send prompts/list_changed or resources/list_changed). It starts with no
+prompts and no resources.
 
 Environment knobs: FIXTURE_CRASH_AFTER=N exits on the N-th tool call; FIXTURE_BOOT=fail
 exits before answering initialize (after writing to stderr); FIXTURE_STDERR_AT_START=N
@@ -194,6 +196,30 @@ async def slow(path: str, seconds: float = 30) -> str:
     with open(path, "a") as fh:
         fh.write("finished\n")
     return "slept"
+
+
+@server.tool()
+async def add_prompt(ctx: Context, name: str) -> str:
+    """Add the prompt `name` (one required argument, `topic`); tell the client."""
+
+    def added(topic: str) -> str:
+        return f"Tell me about {topic} ({name})."
+
+    server.prompt(name=name, description=f"Added at run time: {name}")(added)
+    await ctx.session.send_prompt_list_changed()
+    return "prompt added"
+
+
+@server.tool()
+async def add_doc(ctx: Context, name: str) -> str:
+    """Add the text resource fixture://doc/<name>; tell the client."""
+
+    def doc() -> str:
+        return f"the document {name}"
+
+    server.resource(f"fixture://doc/{name}", name=name, mime_type="text/plain")(doc)
+    await ctx.session.send_resource_list_changed()
+    return "doc added"
 
 
 def main() -> None:

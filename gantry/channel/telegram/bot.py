@@ -25,7 +25,9 @@ log = logging.getLogger("gantry.channel.telegram")
 
 COMMANDS = [("new", "start a new conversation"), ("status", "uptime, model, history size"),
             ("stop", "stop the reply being written"), ("cancel", "same as /stop"),
-            ("decline", "decline an MCP server's question"), ("help", "what I can do")]
+            ("decline", "decline an MCP server's question"), ("skills", "the persona's skills"),
+            ("prompts", "the MCP servers' prompts"), ("prompt", "run an MCP server's prompt"),
+            ("help", "what I can do")]
 VOICE_COMMAND = ("voice", "voice replies: /voice on or /voice off")
 SESSION_LIMIT = 100  # aiogram's defaults for its aiohttp connector (see _Session)
 SESSION_DNS_TTL = 3600
