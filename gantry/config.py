@@ -14,6 +14,8 @@ from typing import Any
 
 import msgspec
 
+from gantry.prices import Price, PricesError, parse_prices
+
 SECRETS = ("LLM_API_KEY", "TELEGRAM_BOT_TOKEN", "LLM_TRANSCRIBE_API_KEY")
 CHANNELS = ("telegram", "stdio")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -73,6 +75,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     llm_transcribe_model: str = ""  # set: voice notes and audio are transcribed (gantry.media)
     llm_transcribe_base_url: str = ""  # default: LLM_BASE_URL
     llm_transcribe_api_key: str = ""  # default: LLM_API_KEY
+    llm_prices: str = ""  # model=input/cached/output USD per 1M tokens (gantry.prices)
     backup_dir: str = ""  # set: `gantry run` writes a backup there every BACKUP_EVERY
     backup_every: str = "1d"
     backup_keep: int = 7
@@ -86,6 +89,11 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     def backup_every_seconds(self) -> float:
         """BACKUP_EVERY in seconds (load() has checked it parses)."""
         return float(duration_seconds(self.backup_every) or 0)
+
+    @property
+    def prices(self) -> dict[str, Price]:
+        """LLM_PRICES parsed (load() has checked it parses)."""
+        return parse_prices(self.llm_prices)
 
     @property
     def db_path(self) -> Path:
@@ -310,6 +318,11 @@ def load(
     if every is None or not lo <= every <= hi:
         problems.append("BACKUP_EVERY must be a number and a unit (s, m, h, d, w) between 5s "
                         f"and 366d, e.g. 1d or 12h, got {values.get('backup_every', '')[:40]!r}")
+
+    try:
+        parse_prices(values.get("llm_prices", ""))
+    except PricesError as exc:
+        problems.append(str(exc))
 
     if proxy_env is not None:
         from gantry import proxyenv
