@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any, NamedTuple
 
 from gantry.model.wire import Usage
@@ -25,9 +25,11 @@ __all__ = [
     "Meter",
     "Tab",
     "attributed",
+    "count_as",
     "estimate",
     "settle",
     "settle_lost",
+    "uncount",
 ]
 
 SOURCE: ContextVar[str] = ContextVar("gantry_usage_source", default="chat")
@@ -44,15 +46,29 @@ def estimate(chars: int) -> int:
     return (max(0, chars) + 3) // 4
 
 
+Attribution = tuple[Token[str], Token[str | None]]
+
+
+def count_as(source: str, chat: str | None = None) -> Attribution:
+    """From now on in this context, calls are counted under `source` (and `chat`);
+    `uncount` with what it returns ends that."""
+    return SOURCE.set(source[:MAX_SOURCE]), CHAT.set(chat)
+
+
+def uncount(attribution: Attribution) -> None:
+    """Undo one `count_as`."""
+    CHAT.reset(attribution[1])
+    SOURCE.reset(attribution[0])
+
+
 @contextmanager
 def attributed(source: str, chat: str | None = None) -> Iterator[None]:
     """Calls made inside are counted under `source` (and `chat`)."""
-    s, c = SOURCE.set(source[:MAX_SOURCE]), CHAT.set(chat)
+    attribution = count_as(source, chat)
     try:
         yield
     finally:
-        CHAT.reset(c)
-        SOURCE.reset(s)
+        uncount(attribution)
 
 
 class Charge(NamedTuple):
