@@ -219,6 +219,7 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
     from gantry.agent import Agent
     from gantry.cron.tools import zone as user_zone
     from gantry.model.client import Provider
+    from gantry.model.ledger import start as start_ledger
     from gantry.session import SessionStore
     from gantry.tls import TLSConfigError, ca_context
     from gantry.tools import Registry, offered
@@ -229,7 +230,8 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
         tls = ca_context()
     except TLSConfigError as exc:
         raise BootError(str(exc)) from None
-    provider = Provider(cfg.llm_base_url, cfg.llm_api_key, cfg.llm_model, verify=tls)
+    provider = Provider(cfg.llm_base_url, cfg.llm_api_key, cfg.llm_model, verify=tls,
+                        meter=start_ledger(conn, cfg.prices))
     registry = Registry(result_max_chars=cfg.tool_result_max_chars)
     from gantry.outbox import Outbox
 

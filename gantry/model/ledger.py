@@ -9,6 +9,7 @@ is closed `lost`, billed once with its estimate (`settle_lost`). Reading is gant
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -29,8 +30,11 @@ __all__ = [
     "estimate",
     "settle",
     "settle_lost",
+    "start",
     "uncount",
 ]
+
+log = logging.getLogger("gantry.usage")
 
 SOURCE: ContextVar[str] = ContextVar("gantry_usage_source", default="chat")
 """What a model call is for: chat, cron:<job>, watch:<id>, consolidation, summary,
@@ -113,6 +117,15 @@ def settle_lost(conn: Any, prices: Mapping[str, Price], now: float | None = None
                 "estimated = 1, cost = ? WHERE id = ? AND state = 'open'",
                 (ended, prompt, cost(prices.get(model), prompt, 0, 0), row_id))
     return len(rows)
+
+
+def start(conn: Any, prices: Mapping[str, Price]) -> Meter:
+    """At boot: calls a kill cut are closed as lost (logged), then the Meter of this run."""
+    lost = settle_lost(conn, prices)
+    if lost:
+        log.warning("model calls cut by a stop were counted as billed, with estimated tokens",
+                    extra={"calls": lost})
+    return Meter(conn, prices)
 
 
 class Meter:
