@@ -81,10 +81,12 @@ SUMMARISE = (
     "words. Keep names, decisions, commitments, open questions and facts about the user; "
     "drop chit-chat. Reply with the paragraph only."
 )
+NO_LEDGER = "Usage is not recorded in this setup."
 TURN_FAILED = "Sorry — something went wrong while answering. Please try again."
 HELP = (
     "Commands:\n/new — start a new conversation (memory is kept)\n"
     "/status — uptime, model, history size, tools\n"
+    "/usage [today|month|7d] — model calls, tokens and cost (private chats)\n"
     "/stop — stop the reply being written (also /cancel)\n"
     "/decline — decline an MCP server's question (/cancel cancels it)\n/help — this text"
 )
@@ -173,6 +175,7 @@ class Agent:
     # memory: the owner's private data, left out of a group chat's /status
     private_status_lines: list[Callable[[str], str]] = field(default_factory=list)
     outbox: Any = None  # gantry.outbox.Outbox: files tools returned, for send_attachment
+    usage: Callable[[str, bool], str] | None = None  # /usage (gantry.model.usage_view.reply)
     zone: tzinfo = UTC  # the user's zone (CRON_TZ): the time footer of every turn is in it
     clock: Callable[[], float] = time.time  # wall time for the footer (tests fix it)
     started: float = field(default_factory=time.monotonic)
@@ -223,6 +226,8 @@ class Agent:
                 return "Started a new conversation. (Long-term memory is unchanged.)"
             if command == "/status":
                 return self.status(msg.session_id, shared=msg.group)
+            if command == "/usage":
+                return self.usage(msg.text, msg.group) if self.usage else NO_LEDGER
             if command in ("/help", "/start"):
                 return HELP
             if not msg.scheduled and (unknown := unknown_command(msg.text)) is not None:

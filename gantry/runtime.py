@@ -251,9 +251,12 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
         zone=user_zone(cfg.cron_tz),
         outbox=outbox,
     )
+    from gantry.model.usage_view import plug as plug_usage
+
+    plug_usage(agent, conn)
     from gantry.media.build import reader_for
 
-    media = reader_for(cfg, tls)
+    media = reader_for(cfg, tls, provider.meter)
     media.prune()  # kept media past MEDIA_KEEP_DAYS or over MEDIA_MAX_TOTAL_BYTES
     channel = build_channel(cfg, conn, tls, agent, media)
     if mcp_host is not None:

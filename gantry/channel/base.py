@@ -17,7 +17,7 @@ from gantry.model.messages import ImagePart
 
 Progress = Callable[[int, int], None]
 
-COMMANDS = frozenset({"/new", "/status", "/help", "/start"})
+COMMANDS = frozenset({"/new", "/status", "/usage", "/help", "/start"})
 """The commands the agent answers itself (`/start` is Telegram's first message)."""
 STOP_COMMANDS = frozenset({"/stop", "/cancel"})
 """The commands a channel handles itself, out of band: they stop the chat's running turn."""

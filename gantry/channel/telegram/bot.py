@@ -24,6 +24,7 @@ from gantry.channel.telegram.retry import Backoff, expected
 log = logging.getLogger("gantry.channel.telegram")
 
 COMMANDS = [("new", "start a new conversation"), ("status", "uptime, model, history size"),
+            ("usage", "model calls, tokens and cost"),
             ("stop", "stop the reply being written"), ("cancel", "same as /stop"),
             ("decline", "decline an MCP server's question"), ("help", "what I can do")]
 SESSION_LIMIT = 100  # aiogram's defaults for its aiohttp connector (see _Session)
