@@ -35,7 +35,7 @@ from gantry.model.wire import PromptDetails, Usage
 from gantry.prices import Price
 from gantry.session import SessionStore
 from gantry.tools import Registry, Tool, mcp_source
-from tests.fakes.openai import Call, FakeOpenAI, UseTool
+from tests.fakes.openai import Call, Echo, FakeOpenAI, UseTool
 
 PRICES = {"fake-model": Price(0.15, 0.075, 0.6)}
 
@@ -67,7 +67,7 @@ async def turns(fake: FakeOpenAI, tmp: Path, n: int, warmup: int) -> dict[str, l
     for i in range(warmup + n):
         for kind in ("plain", "tool"):
             fake.default = UseTool(Call("calc__add", {"a": 2, "b": 3}), "5") if kind == "tool" \
-                else fake.default
+                else Echo()
             for name, a in (agents.items() if i % 2 else reversed(agents.items())):
                 text = f"question {i} {kind}"
                 started = time.perf_counter()
@@ -75,10 +75,6 @@ async def turns(fake: FakeOpenAI, tmp: Path, n: int, warmup: int) -> dict[str, l
                 took = time.perf_counter() - started
                 if i >= warmup:
                     times[f"{kind} {name}"].append(took)
-            if kind == "tool":
-                from tests.fakes.openai import Echo
-
-                fake.default = Echo()
     on = agents["with ledger"].sessions.conn
     total = spent(on, 0)
     print(f"ledger rows written: {total.calls} calls, {total.tokens} tokens, "
@@ -132,8 +128,9 @@ async def main() -> None:
         for kind in ("plain", "tool"):
             on = [v * 1000 for v in times[f"{kind} with ledger"]]
             off = [v * 1000 for v in times[f"{kind} without"]]
-            print(f"ledger cost, {kind} turn: p50 {statistics.median(on) - statistics.median(off):+.3f}"
-                  f" ms, p99 {pct(on, 0.99) - pct(off, 0.99):+.3f} ms")
+            p50 = statistics.median(on) - statistics.median(off)
+            print(f"ledger cost, {kind} turn: p50 {p50:+.3f} ms, "
+                  f"p99 {pct(on, 0.99) - pct(off, 0.99):+.3f} ms")
         print(f"\n{'ledger step':<28} {'p50 µs':>8} {'p99 µs':>8}")
         for key, values in steps(tmp, 2000).items():
             print(f"{key:<28} {statistics.median(values):>8.1f} {pct(values, 0.99):>8.1f}")
