@@ -220,6 +220,7 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
     from gantry.cron.tools import zone as user_zone
     from gantry.model.client import Provider
     from gantry.model.ledger import start as start_ledger
+    from gantry.model.usage_view import plug as plug_usage
     from gantry.session import SessionStore
     from gantry.tls import TLSConfigError, ca_context
     from gantry.tools import Registry, offered
@@ -251,9 +252,6 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
         zone=user_zone(cfg.cron_tz),
         outbox=outbox,
     )
-    from gantry.model.usage_view import plug as plug_usage
-
-    plug_usage(agent, conn)
     from gantry.media.build import reader_for
 
     media = reader_for(cfg, tls, provider.meter)
@@ -299,6 +297,7 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
             tg.start_soon(_heartbeat, conn)
             tg.start_soon(agent.run_folds)
             await _memory(cfg, conn, tg, agent, provider, persona, mcp_host)  # after MCP
+            plug_usage(agent, conn)  # /usage, and today's line last in /status
             tg.start_soon(_signals, tg, receive, agent, turns, persona)
             if cron is not None:
                 tg.start_soon(cron.run)
