@@ -23,6 +23,7 @@ from gantry.channel.base import Inbound, ReplyStream, TurnFailed, unknown_comman
 from gantry.commands import CommandHandler, dispatch
 from gantry.model.assemble import Completion, new_call_id
 from gantry.model.gate import StreamGate
+from gantry.model.ledger import Tab, attributed, count_as, uncount
 from gantry.model.messages import (
     AssistantMessage,
     FunctionCall,
@@ -82,10 +83,12 @@ SUMMARISE = (
     "words. Keep names, decisions, commitments, open questions and facts about the user; "
     "drop chit-chat. Reply with the paragraph only."
 )
+NO_LEDGER = "Usage is not recorded in this setup."
 TURN_FAILED = "Sorry — something went wrong while answering. Please try again."
 HELP = (
     "Commands:\n/new — start a new conversation (memory is kept)\n"
     "/status — uptime, model, history size, tools\n"
+    "/usage [today|month|7d] — model calls, tokens and cost (private chats)\n"
     "/stop — stop the reply being written (also /cancel)\n"
     "/decline — decline an MCP server's question (/cancel cancels it)\n/help — this text"
 )
@@ -186,6 +189,7 @@ class Agent:
     model_status: Callable[[], str] | None = None  # the /status model line (fallbacks)
     # LLM_FALLBACK_NOTICE: a line for a reply a fallback model wrote ("" for the primary's)
     model_notice: Callable[[Completion], str] | None = None
+    usage: Callable[[str, bool], str] | None = None  # /usage (gantry.model.usage_view.reply)
     zone: tzinfo = UTC  # the user's zone (CRON_TZ): the time footer of every turn is in it
     # after the persona in the system prompt, given `shared` (skills' listing: gantry.skills)
     prompt_blocks: list[Callable[[bool], str]] = field(default_factory=list)
@@ -232,6 +236,7 @@ class Agent:
         caller = CALLER.set(msg.session_id)
         asker = elicit.TURN.set(elicit.Caller(msg.channel, msg.chat_id, msg.user_id,
                                               group=msg.group, scheduled=msg.scheduled))
+        counted = count_as(msg.source or "chat", msg.session_id)
         try:
             if command == "/new":
                 self.sessions.reset(msg.session_id)
@@ -239,6 +244,8 @@ class Agent:
                 return "Started a new conversation. (Long-term memory is unchanged.)"
             if command == "/status":
                 return self.status(msg.session_id, shared=msg.group)
+            if command == "/usage":
+                return self.usage(msg.text, msg.group) if self.usage else NO_LEDGER
             if command in ("/help", "/start"):
                 return help_text(line for c in self.commands for line in c.help)
             if not msg.scheduled and (handled := await dispatch(self.commands, msg)):
@@ -269,6 +276,7 @@ class Agent:
                 raise TurnFailed(f"turn failed ({type(exc).__name__})", TURN_FAILED) from None
             return TURN_FAILED
         finally:
+            uncount(counted)
             elicit.TURN.reset(asker)
             CALLER.reset(caller)
 
@@ -351,6 +359,7 @@ class Agent:
         last_text = ""  # the newest text that came with a tool round (promoted if need be)
         blind = False  # the model refused this turn's images: they go as descriptions
         messages: list[Message] = []
+        tab = Tab(self.sessions.conn)  # this turn's model calls, closed with what they made
         try:
             if pending:  # a kill -9 cut the last recorded round: finish only what did not
                 results = await self._run_calls(session_id, pending, shared)
@@ -383,7 +392,7 @@ class Agent:
                     names = [s.function.name for s in schemas]
                 messages = without_images(prompt.messages) if blind else prompt.messages
                 try:
-                    completion = await self._call(messages, schemas, stream, names)
+                    completion = await self._call(messages, schemas, stream, names, tab)
                 except ProviderError as exc:
                     if blind or not has_images(messages) or not rejects_images(exc.message):
                         raise
@@ -391,7 +400,7 @@ class Agent:
                     log.warning("the model refused image input; retrying with descriptions",
                                 extra={"session": session_id, "status": exc.status})
                     messages = without_images(prompt.messages)
-                    completion = await self._call(messages, schemas, stream, names)
+                    completion = await self._call(messages, schemas, stream, names, tab)
                 if capped or not completion.tool_calls:
                     final = completion.text.strip()
                     if final and self.model_notice and (note := self.model_notice(completion)):
@@ -402,15 +411,18 @@ class Agent:
                 asked = completion.to_message()
                 # Recorded before the calls run, each result as it completes: a restart
                 # resumes this round and re-runs no finished call.
-                self.sessions.append(session_id, [asked])
+                with self.sessions.atomic():
+                    self.sessions.append(session_id, [asked])
+                    tab.settle()
                 results = await self._run_calls(session_id, completion.tool_calls, shared)
                 history += [asked, *results]
                 used += [c.function.name for c in completion.tool_calls]
                 if self.router is not None:
                     self.router.used(session_id, [c.function.name for c in completion.tool_calls])
             if not final:
-                final = await self._no_text(session_id, messages, names, last_text)
+                final = await self._no_text(session_id, messages, names, last_text, tab)
         except ProviderError as exc:
+            tab.close()
             self._end_routing(session_id)
             log.error(
                 "model call failed; turn ended",
@@ -420,6 +432,9 @@ class Agent:
             shown = f"HTTP {exc.status}" if exc.status else "no HTTP response"
             reason = f"model call failed ({shown})"  # the provider's text stays in the log
             raise TurnFailed(reason, model_failed_reply(exc.status)) from None
+        except BaseException:
+            tab.close()  # those calls happened, though what they made is dropped
+            raise
         self._end_routing(session_id)
         if blind and not any(isinstance(m, AssistantMessage) and (m.content or "").startswith(
                 NO_VISION_NOTICE) for m in history):  # told once per conversation
@@ -428,6 +443,7 @@ class Agent:
         reply = self._with_attachments(final, history, session_id)
         with self.sessions.atomic():  # answer and the channel's reply: both or neither
             self.sessions.append(session_id, new)
+            tab.settle()
             if on_answer is not None:
                 on_answer(reply)
         log.info(
@@ -517,14 +533,17 @@ class Agent:
         tools: list[ToolDef] | None,
         stream: ReplyStream | None,
         names: list[str],
+        tab: Tab,
     ) -> Completion:
-        """One model call, its reply repaired (`_recover`). A streamed reply shows only what
-        can be neither reasoning nor a printed tool call (StreamGate)."""
+        """One model call, its reply repaired (`_recover`) and its charge put on `tab`. A
+        streamed reply shows only what can be neither reasoning nor a printed tool call."""
         from gantry.model.client import Done, TextDelta
         from gantry.model.fallback import Restart
 
         if stream is None:
-            return self._recover(await self.model.complete(messages, tools), names, tools)
+            whole = await self.model.complete(messages, tools)
+            tab.add(whole.charge)
+            return self._recover(whole, names, tools)
         gate = StreamGate(names)
         wrote = False
         completion: Completion | None = None
@@ -544,6 +563,7 @@ class Agent:
                     wrote = False
             elif isinstance(event, Done):
                 completion = event.completion
+                tab.add(completion.charge)
         assert completion is not None, "a provider stream always ends with Done"
         completion = self._recover(completion, names, tools)
         if completion.tool_calls and wrote:
@@ -569,14 +589,10 @@ class Agent:
                 log.warning("the answer was a printed tool call, with no tools offered; left out",
                             extra={"forms": forms})
         calls = [self._repaired(c) for c in calls]
-        return Completion(
-            text=text,
-            tool_calls=calls,
+        return msgspec.structs.replace(
+            completion, text=text, tool_calls=calls,
             finish_reason="tool_calls" if calls else completion.finish_reason,
-            usage=completion.usage,
             reasoning=completion.reasoning or thought,
-            model=completion.model,
-            endpoint=completion.endpoint,
         )
 
     def _repaired(self, call: ToolCall) -> ToolCall:
@@ -596,7 +612,8 @@ class Agent:
         return ToolCall(call.id, FunctionCall(name, fixed), call.extra_content)
 
     async def _no_text(
-        self, session_id: str, messages: list[Message], names: list[str], last_text: str
+        self, session_id: str, messages: list[Message], names: list[str], last_text: str,
+        tab: Tab,
     ) -> str:
         """A reply with no text for the user (reasoning only, or empty): the turn's last
         plain text if a tool round had one, else one short nudge call without tools, else a
@@ -606,9 +623,9 @@ class Agent:
                      extra={"session": session_id})
             return last_text
         log.info("the reply had no text; asking once more", extra={"session": session_id})
-        nudged = self._recover(
-            await self.model.complete([*messages, UserMessage(NUDGE)], None), names, None
-        )
+        nudged = await self.model.complete([*messages, UserMessage(NUDGE)], None)
+        tab.add(nudged.charge)
+        nudged = self._recover(nudged, names, None)
         if nudged.text.strip():
             return nudged.text.strip()
         log.warning("the model gave no text for the user; answered with a fallback",
@@ -684,14 +701,23 @@ class Agent:
             UserMessage(f"Previous summary:\n{old or '(none)'}\n\nNew transcript:\n{transcript}"),
         ]
         try:
-            done = await self.model.complete(request, None)
+            with attributed("summary", session_id):
+                done = await self.model.complete(request, None)
         except ProviderError as exc:
             log.warning("summary failed; history kept", extra={"error": str(exc)})
             if len(history) > 2 * self.max_messages:
                 self.sessions.delete(dropped_ids)
             return
         text = split_reasoning(done.text)[0].strip()[:SUMMARY_MAX_CHARS] or old
-        if not self.sessions.fold(session_id, text, dropped_ids):
+        tab = Tab(self.sessions.conn)
+        tab.add(done.charge)
+        try:
+            with self.sessions.atomic():  # the summary and its call's usage: both or neither
+                folded = self.sessions.fold(session_id, text, dropped_ids)
+                tab.settle()
+        finally:
+            tab.close()
+        if not folded:
             log.info("history changed while folding (/new?); fold skipped",
                      extra={"session": session_id})
             return

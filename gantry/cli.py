@@ -1,5 +1,5 @@
 """Command line: `gantry run | status | version | init | check | tools | skills | cron |
-watch | memory | mcp | mcp-memory | backup | restore`.
+watch | usage | memory | mcp | mcp-memory | backup | restore`.
 
 Each command imports only what it needs: `status` is the container healthcheck and runs
 every few seconds, so it must not pay for aiogram, mcp or httpx.
@@ -95,7 +95,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(
         dest="command",
-        metavar="{run,status,version,init,check,tools,skills,cron,watch,memory,mcp,mcp-memory,"
+        metavar="{run,status,version,init,check,tools,skills,cron,watch,usage,memory,mcp,"
+                "mcp-memory,"
                 "backup,restore}")
     run = sub.add_parser("run", help="run the agent daemon (the default command)")
     env_file(run)
@@ -154,6 +155,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="override DATA_DIR (default: $DATA_DIR or /data)")
     wl.add_argument("--all", action="store_true", help="include cancelled watches")
     env_file(wl)
+    from gantry.usage import add_parser as usage_parser
+
+    usage_parser(sub)
     init = sub.add_parser(
         "init",
         help="write sample persona files, mcp.toml and an env file (never overwrites)",
@@ -356,6 +360,10 @@ def main(argv: list[str] | None = None) -> int:
         return _cron(args)
     if command == "watch":
         return _watch(args)
+    if command == "usage":
+        from gantry.usage import main as usage_main
+
+        return usage_main(args)
     if command == "init":
         return _init(args)
     if command == "check":

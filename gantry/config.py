@@ -14,6 +14,8 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from gantry.prices import Price, PricesError, parse_prices
+
 FALLBACK_MAX = 5  # LLM_FALLBACK_1_* … LLM_FALLBACK_5_*
 SECRETS = ("LLM_API_KEY", "TELEGRAM_BOT_TOKEN", "LLM_TRANSCRIBE_API_KEY", "LLM_SPEECH_API_KEY",
            *(f"LLM_FALLBACK_{n}_API_KEY" for n in range(1, FALLBACK_MAX + 1)))
@@ -113,6 +115,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     llm_speech_api_key: str = ""  # default: LLM_API_KEY
     speech_max_chars: int = 1000  # characters of one reply spoken at most; the rest stays text
     telegram_reactions: bool = True  # 👀 on a message being answered; users' reactions as feedback
+    llm_prices: str = ""  # model=input/cached/output USD per 1M tokens (gantry.prices)
     backup_dir: str = ""  # set: `gantry run` writes a backup there every BACKUP_EVERY
     backup_every: str = "1d"
     backup_keep: int = 7
@@ -146,6 +149,11 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     def model_secrets(self) -> list[str]:
         """Every model key, for the log redactor (a fallback's may differ from the primary's)."""
         return [e.api_key for e in self.endpoints if e.api_key]
+
+    @property
+    def prices(self) -> dict[str, Price]:
+        """LLM_PRICES parsed (load() has checked it parses)."""
+        return parse_prices(self.llm_prices)
 
     @property
     def db_path(self) -> Path:
@@ -376,6 +384,11 @@ def load(
     if every is None or not lo <= every <= hi:
         problems.append("BACKUP_EVERY must be a number and a unit (s, m, h, d, w) between 5s "
                         f"and 366d, e.g. 1d or 12h, got {values.get('backup_every', '')[:40]!r}")
+
+    try:
+        parse_prices(values.get("llm_prices", ""))
+    except PricesError as exc:
+        problems.append(str(exc))
 
     if proxy_env is not None:
         from gantry import proxyenv

@@ -226,6 +226,8 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
     from gantry.agent import Agent
     from gantry.cron.tools import zone as user_zone
     from gantry.model import fallback
+    from gantry.model.ledger import start as start_ledger
+    from gantry.model.usage_view import plug as plug_usage
     from gantry.session import SessionStore
     from gantry.tls import TLSConfigError, ca_context
     from gantry.tools import Registry, offered
@@ -236,7 +238,8 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
         tls = ca_context()
     except TLSConfigError as exc:
         raise BootError(str(exc)) from None
-    provider = fallback.build(cfg.endpoints, verify=tls)  # the primary, then LLM_FALLBACK_*
+    meter = start_ledger(conn, cfg.prices)  # rows a kill left open are closed as lost
+    provider = fallback.build(cfg.endpoints, verify=tls, meter=meter)  # then LLM_FALLBACK_*
     registry = Registry(result_max_chars=cfg.tool_result_max_chars)
     from gantry.outbox import Outbox
 
@@ -265,7 +268,7 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
     agent.commands.append(SlashCommands(prompts))
     from gantry.media.build import reader_for
 
-    media = reader_for(cfg, tls)
+    media = reader_for(cfg, tls, provider.meter)
     media.prune()  # kept media past MEDIA_KEEP_DAYS or over MEDIA_MAX_TOTAL_BYTES
     from gantry.media.speech import speaker_for
 
@@ -314,6 +317,7 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
             tg.start_soon(_heartbeat, conn)
             tg.start_soon(agent.run_folds)
             await _memory(cfg, conn, tg, agent, provider, persona, mcp_host)  # after MCP
+            plug_usage(agent, conn)  # /usage, and today's line last in /status
             tg.start_soon(_signals, tg, receive, agent, turns, persona, skills)
             if cron is not None:
                 tg.start_soon(cron.run)

@@ -67,6 +67,7 @@ MEANINGS: dict[str, str] = {
     "llm_speech_api_key": "speech key (secret); empty: LLM_API_KEY",
     "speech_max_chars": "characters of one reply spoken at most; the rest stays text",
     "telegram_reactions": "a reaction on messages being answered; users' reactions as feedback",
+    "llm_prices": "USD per 1M tokens per model, model=input/cached/output; ... (docs/models.md)",
     "backup_dir": "set: gantry run writes a backup of gantry.db here every BACKUP_EVERY",
     "backup_every": "how often: a number and s, m, h, d or w (5s to 366d)",
     "backup_keep": "how many scheduled backups to keep (the oldest are deleted)",

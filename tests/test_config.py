@@ -64,6 +64,7 @@ def test_field_names_are_the_spec_variables() -> None:
           for part in ("MODEL", "BASE_URL", "API_KEY")),
         "LLM_SPEECH_MODEL", "LLM_SPEECH_VOICE", "LLM_SPEECH_BASE_URL", "LLM_SPEECH_API_KEY",
         "SPEECH_MAX_CHARS", "TELEGRAM_REACTIONS",
+        "LLM_PRICES",
     }
 
 

@@ -18,7 +18,7 @@ from gantry.steer import Steer
 
 Progress = Callable[[int, int], None]
 
-COMMANDS = frozenset({"/new", "/status", "/help", "/start", "/prompts", "/prompt"})
+COMMANDS = frozenset({"/new", "/status", "/usage", "/help", "/start", "/prompts", "/prompt"})
 """The commands the agent answers itself (`/start` is Telegram's first message; `/prompts`
 and `/prompt` are MCP servers' prompts, gantry/mcp/prompt_command.py)."""
 STOP_COMMANDS = frozenset({"/stop", "/cancel"})
@@ -98,6 +98,9 @@ class Inbound(msgspec.Struct, frozen=True):
     It must write through the agent's connection, and only write."""
     scheduled_for: float | None = None
     """A scheduled message's due time (unix seconds): the prompt's time block names it."""
+    source: str = ""
+    """What started the turn, as the usage ledger counts its model calls: "" for a person's
+    message (counted as "chat"), `cron:<job id>` or `watch:<watch id>` for a scheduled one."""
     images: tuple[ImagePart, ...] = ()
     """Images sent with the message (gantry.media): they go to the model as content parts
     after `text`, which describes them and holds any caption."""

@@ -230,7 +230,7 @@ class Ticker:
 
                 msg = Inbound(channel=self.channel, chat_id=chat, user_id=USER_ID,
                               text=synthetic_text(run), scheduled=True, on_answer=record,
-                              scheduled_for=run.due_at)
+                              scheduled_for=run.due_at, source=f"cron:{run.job_id}")
                 try:
                     reply = await self.respond(msg, None)
                 except TurnAborted:

@@ -109,6 +109,7 @@ class Fallback:
         self.cooldown = cooldown or Cooldown()
         self.clock = clock
         self.model = self.providers[0].model
+        self.meter = self.providers[0].meter  # the usage ledger every attempt is a row of
         self.last: int | None = None  # index of the endpoint that answered last
 
     async def aclose(self) -> None:

@@ -239,7 +239,8 @@ class Runner:
                 text = wake_text(wake.watch_id, wake.label, wake.instruction, wake.items,
                                  wake.total)
                 msg = Inbound(channel=self.channel, chat_id=chat, user_id=USER_ID, text=text,
-                              scheduled=True, on_answer=record, scheduled_for=wake.created_at)
+                              scheduled=True, on_answer=record, scheduled_for=wake.created_at,
+                              source=f"watch:{wake.watch_id}")
                 try:
                     reply = await self.ticker.respond(msg, None)
                 except TurnAborted:

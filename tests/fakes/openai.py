@@ -297,6 +297,7 @@ class RecordedRequest:
     headers: dict[str, str]
     body: Any
     raw: bytes = b""
+    reply_id: str = ""  # the id of the reply it got (chatcmpl-…), once one was begun
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -358,14 +359,22 @@ class _Ctx:
     prompt_chars: int
     id: str = field(default_factory=lambda: "chatcmpl-" + uuid.uuid4().hex[:12])
     created: int = field(default_factory=lambda: int(time.time()))
+    report: bool = True  # False: the reply carries no usage (as some local servers send)
+    cached: int = 0  # prompt_tokens_details.cached_tokens reported (at most the prompt)
+    log: list[tuple[str, dict[str, Any]]] | None = None  # every usage sent, with the reply id
 
-    def usage(self, completion_chars: int) -> dict[str, int]:
+    def usage(self, completion_chars: int) -> dict[str, Any]:
         prompt, completion = self.prompt_chars // 4, completion_chars // 4
-        return {
+        usage: dict[str, Any] = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
         }
+        if self.cached:
+            usage["prompt_tokens_details"] = {"cached_tokens": min(self.cached, prompt)}
+        if self.log is not None:
+            self.log.append((self.id, usage))
+        return usage
 
     def chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         body = {
@@ -398,8 +407,9 @@ class _Ctx:
             "choices": [
                 {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
             ],
-            "usage": self.usage(completion_chars),
         }
+        if self.report:
+            body["usage"] = self.usage(completion_chars)
         return json.dumps(body).encode()
 
 
@@ -441,6 +451,12 @@ class FakeOpenAI(LoopbackServer):
         self.default: Script = default or Echo()
         self.requests: list[RecordedRequest] = []
         self.speeches: list[SpeechRequest] = []  # /audio/speech requests, in order
+        self.report_usage = True
+        """False: replies carry no `usage` (non-streamed) and streams no usage chunk."""
+        self.cached_tokens = 0
+        """Set: usage reports this many prompt tokens as cached (prompt_tokens_details)."""
+        self.reported: list[tuple[str, dict[str, Any]]] = []
+        """(reply id, usage) of every usage the server sent, in order."""
         self._queue: deque[Script] = deque()
         self._lock = threading.Lock()
 
@@ -568,7 +584,9 @@ class FakeOpenAI(LoopbackServer):
             model=str(body.get("model") or self.model),
             include_usage=bool(stream_options.get("include_usage")),
             prompt_chars=len(json.dumps(body.get("messages", []))),
+            report=self.report_usage, cached=self.cached_tokens, log=self.reported,
         )
+        recorded.reply_id = ctx.id
         if isinstance(script, WhenOffered):
             script = script.calls if body.get("tools") else script.otherwise
         if isinstance(script, Echo):
@@ -631,7 +649,7 @@ class FakeOpenAI(LoopbackServer):
             return response
         else:
             raise AssertionError(f"unhandled script {script!r}")
-        if ctx.include_usage:
+        if ctx.include_usage and ctx.report:
             await response.write(ctx.usage_chunk(completion_chars))
         await response.write(_DONE)
         await response.write_eof()

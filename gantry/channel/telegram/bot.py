@@ -24,6 +24,7 @@ from gantry.channel.telegram.retry import Backoff, expected
 log = logging.getLogger("gantry.channel.telegram")
 
 COMMANDS = [("new", "start a new conversation"), ("status", "uptime, model, history size"),
+            ("usage", "model calls, tokens and cost"),
             ("stop", "stop the reply being written"), ("cancel", "same as /stop"),
             ("decline", "decline an MCP server's question"), ("skills", "the persona's skills"),
             ("prompts", "the MCP servers' prompts"), ("prompt", "run an MCP server's prompt"),
