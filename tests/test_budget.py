@@ -3,9 +3,7 @@ the periods in the user's zone, the notices once per period, and the boot checks
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -26,26 +24,15 @@ from gantry.prices import Price
 from gantry.session import SessionStore
 from gantry.tools import Registry, Tool, mcp_source
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
+from tests.test_ledger import conn, fake
 
 pytestmark = pytest.mark.anyio
+__all__ = ["conn", "fake"]  # the ledger tests' fixtures
 
 BERLIN = ZoneInfo("Europe/Berlin")
 PRICES = {"fake-model": Price(1.0, 0.25, 4.0)}
 BASE = {"LLM_BASE_URL": "http://127.0.0.1:1/v1", "LLM_API_KEY": "k", "LLM_MODEL": "m",
         "CHANNEL": "stdio"}
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI() as f:
-        yield f
-
-
-@pytest.fixture
-def conn(tmp_path: Path) -> Any:
-    c = db.connect(tmp_path / "g.db")
-    yield c
-    c.close()
 
 
 def tokens(name: str, amount: float, period_: str = "day", auto: bool = False) -> Limit:

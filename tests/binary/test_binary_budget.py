@@ -8,13 +8,13 @@ import os
 import time
 from pathlib import Path
 
-import apsw
 import pytest
 
 from tests.binary.rootfs import INSTALL_PATH, NONROOT_UID, Sandbox
 from tests.fakes.openai import FakeOpenAI
 from tests.procs import ChildIO
 from tests.test_budget_e2e import add_job
+from tests.test_cron_e2e import rows
 
 pytestmark = [pytest.mark.binary, pytest.mark.slow]
 WAIT = 90.0
@@ -24,14 +24,6 @@ def _env(fake: FakeOpenAI, **extra: str) -> dict[str, str]:
     return {"CHANNEL": "stdio", "LLM_BASE_URL": fake.base_url, "LLM_API_KEY": "sk-binary-smoke",
             "LLM_MODEL": "fake-model", "DATA_DIR": "/data", "PERSONA_DIR": "/persona",
             "MCP_MANIFEST": "/etc/gantry/mcp.toml", "CRON_TICK_SECONDS": "1", **extra}
-
-
-def _rows(db: Path, sql: str) -> list[tuple[object, ...]]:
-    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
-    try:
-        return list(conn.execute(sql))
-    finally:
-        conn.close()
 
 
 def _start(sandbox: Sandbox, persona_dir: Path, data: Path, env: dict[str, str]) -> ChildIO:
@@ -53,7 +45,7 @@ def test_budget_reached_skips_cron_and_answers_with_the_notice(
         run.close_stdin()
         assert run.wait_exit(30) == 0
     db = data / "gantry.db"
-    used = int(_rows(db, "SELECT SUM(prompt_tokens + completion_tokens) FROM usage")[0][0])
+    used = int(rows(str(db), "SELECT SUM(prompt_tokens + completion_tokens) FROM usage")[0][0])
     add_job(str(db), "water the plants", time.time())  # due now: fires at the next boot
     for f in data.iterdir():
         os.chown(f, NONROOT_UID, NONROOT_UID)
@@ -69,6 +61,6 @@ def test_budget_reached_skips_cron_and_answers_with_the_notice(
     finally:
         run.close_stdin()
         assert run.wait_exit(30) == 0
-    [(state, error)] = _rows(db, "SELECT state, error FROM cron_run")
+    [(state, error)] = rows(str(db), "SELECT state, error FROM cron_run")
     assert state == "skipped" and str(error).startswith("budget: BUDGET_DAILY_TOKENS reached")
-    assert _rows(db, "SELECT state FROM budget_notice") == [("sent",)]
+    assert rows(str(db), "SELECT state FROM budget_notice") == [("sent",)]
