@@ -61,6 +61,7 @@ MEANINGS: dict[str, str] = {
     "llm_transcribe_model": "set (e.g. whisper-1) to transcribe voice notes and audio",
     "llm_transcribe_base_url": "transcription endpoint root URL; empty: LLM_BASE_URL",
     "llm_transcribe_api_key": "transcription key (secret); empty: LLM_API_KEY",
+    "llm_prices": "USD per 1M tokens per model, model=input/cached/output; ... (docs/models.md)",
     "backup_dir": "set: gantry run writes a backup of gantry.db here every BACKUP_EVERY",
     "backup_every": "how often: a number and s, m, h, d or w (5s to 366d)",
     "backup_keep": "how many scheduled backups to keep (the oldest are deleted)",

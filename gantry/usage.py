@@ -31,15 +31,25 @@ def add_parser(sub: Any) -> None:
     env_file(p)
 
 
+def _zone(name: str) -> Any:
+    """CRON_TZ as `gantry run` reads it (gantry.cron.tools.zone, without cron's imports)."""
+    from datetime import UTC
+    from zoneinfo import ZoneInfo
+
+    try:
+        return ZoneInfo(name)
+    except (KeyError, ValueError, OSError):
+        return UTC
+
+
 def main(args: Any) -> int:
-    from gantry.cron.tools import zone as user_zone
     from gantry.envfile import data_dir, environ
     from gantry.model.usage_view import render, report, since_of
 
     env = environ(args, "usage")
     if env is None:
         return EXIT_FAIL
-    zone = user_zone(env.get("CRON_TZ", "").strip() or "UTC")
+    zone = _zone(env.get("CRON_TZ", "").strip() or "UTC")
     try:
         since = since_of(args.since, zone, time.time())
     except ValueError as exc:

@@ -258,3 +258,65 @@ def test_two_prices_charge_cached_as_input() -> None:
     assert parse_prices("llama3=0.5/2\nmeta/x:8b=1/0.1/3") == {
         "llama3": Price(0.5, 0.5, 2.0), "meta/x:8b": Price(1.0, 0.1, 3.0)}
     assert json.dumps(cost(None, 1, 0, 1)) == "null"
+
+
+async def test_consolidation_is_counted_and_closed_with_its_rows(fake: FakeOpenAI,
+                                                                 conn: Any) -> None:
+    from gantry.memory.consolidate import Consolidator
+    from gantry.memory.store import MemoryStore
+
+    store = MemoryStore(conn)
+    store.add("episode", "chris", "had sencha again")
+    fake.push(Reply("not json"), Reply('{"memories": [{"kind": "preference", "subject": '
+                                       '"chris", "content": "likes sencha"}]}'))
+    async with provider(fake, conn) as p:
+        out = await Consolidator(store, p, lambda: "P").run_once()
+    assert out.status == "done"
+    assert [(r["state"], r["source"], r["chat"]) for r in rows(conn)] == [
+        ("done", "consolidation", None), ("done", "consolidation", None)]
+
+
+async def test_a_fold_is_counted_as_summary(fake: FakeOpenAI, conn: Any) -> None:
+    agent = Agent(model=provider(fake, conn), sessions=SessionStore(conn), tools=Registry(),
+                  persona=lambda: "P", max_messages=4)
+    for i in range(4):
+        await agent(Inbound(channel="test", chat_id="5", user_id="u", text=f"message {i}"))
+    fake.push(Reply("they talked"))
+    await agent._fold("test:5")
+    assert agent.sessions.summary("test:5") == "they talked"
+    assert rows(conn)[-1]["source"] == "summary" and rows(conn)[-1]["chat"] == "test:5"
+    assert {r["state"] for r in rows(conn)} == {"done"}
+    await agent.model.aclose()  # type: ignore[attr-defined]
+
+
+async def test_transcription_is_a_row(fake: FakeOpenAI, conn: Any, tmp_path: Path) -> None:
+    from gantry.media.transcribe import Transcriber
+
+    audio = tmp_path / "a.ogg"
+    audio.write_bytes(b"OggS....")
+    t = Transcriber(fake.base_url, "sk-test", "whisper-1", meter=Meter(conn, {}))
+    try:
+        fake.transcript = "hello there"  # type: ignore[attr-defined]
+        assert await t(audio, "a.ogg", "audio/ogg") == "hello there"
+        fake.transcribe_status = 503  # type: ignore[attr-defined]
+        with pytest.raises(Exception, match="HTTP 503"):
+            await t(audio, "a.ogg", "audio/ogg")
+    finally:
+        await t.aclose()
+    done, failed = rows(conn)
+    assert (done["source"], done["model"], done["state"], done["estimated"]) == (
+        "transcription", "whisper-1", "done", 1)
+    assert done["completion_tokens"] == 3 and done["endpoint"] == fake.base_url
+    assert failed["state"] == "failed"
+
+
+def test_transcription_usage_as_reported() -> None:
+    from gantry.media.transcribe import transcript_usage
+
+    usage, text = transcript_usage(b'{"text": "hi", "usage": {"type": "tokens", '
+                                   b'"input_tokens": 51, "output_tokens": 2}}')
+    assert (usage.prompt_tokens, usage.completion_tokens, text) == (51, 2, "hi")
+    assert transcript_usage(b'{"text": "hi", "usage": {"type": "duration", "seconds": 3}}') == (
+        None, "hi")
+    assert transcript_usage(b"\xff not json") == (None, "")
+    assert transcript_usage(None) == (None, "")

@@ -99,8 +99,8 @@ def store_recall_forget(g: Gantry, fake: FakeOpenAI, stored: Callable[[], list[s
     g.ask("/new", "Started a new conversation. (Long-term memory is unchanged.)")
     fake.push(Reply("Call her."))
     g.ask("any tips before the weekend?", "Call her.")  # shares no word with the rows
-    system = fake.requests[2].messages[0]["content"]
-    assert "[memory]" in system and f"- {LINE}" in system and f"- {CAR_LINE}" in system, system
+    turn = fake.requests[2].messages[-1]["content"]  # recalled after the message, with the time
+    assert "[memory]" in turn and f"- {LINE}" in turn and f"- {CAR_LINE}" in turn, turn
     assert [m["role"] for m in fake.requests[2].messages] == ["system", "user"]
 
     fake.push(ToolCalls([Call("memory_recall", {"query": "mom texts"}, id="r1")]),

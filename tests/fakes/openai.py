@@ -253,6 +253,7 @@ class RecordedRequest:
     headers: dict[str, str]
     body: Any
     raw: bytes = b""
+    reply_id: str = ""  # the id of the reply it got (chatcmpl-…), once one was begun
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -508,6 +509,7 @@ class FakeOpenAI(LoopbackServer):
             prompt_chars=len(json.dumps(body.get("messages", []))),
             report=self.report_usage, cached=self.cached_tokens, log=self.reported,
         )
+        recorded.reply_id = ctx.id
         if isinstance(script, WhenOffered):
             script = script.calls if body.get("tools") else script.otherwise
         if isinstance(script, Echo):
