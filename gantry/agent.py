@@ -22,6 +22,7 @@ from gantry import __version__, elicit
 from gantry.channel.base import Inbound, ReplyStream, TurnFailed, unknown_command
 from gantry.commands import CommandHandler, dispatch
 from gantry.model.assemble import Completion, new_call_id
+from gantry.model.budget import BudgetReached
 from gantry.model.gate import StreamGate
 from gantry.model.ledger import Tab, attributed, count_as, uncount
 from gantry.model.messages import (
@@ -264,6 +265,11 @@ class Agent:
             if msg.scheduled:
                 raise
             return exc.reply
+        except BudgetReached as exc:  # the scheduler records it skipped; a person reads why
+            await _quiet_discard(stream)
+            if msg.scheduled:
+                raise
+            return exc.notice
         except Exception as exc:
             from gantry.store.space import full_error, is_full
 
@@ -659,6 +665,9 @@ class Agent:
                 self._folding = True
                 try:
                     await self._fold(session_id)
+                except BudgetReached as exc:  # tried again after a later turn
+                    log.warning("summary skipped: budget reached; history kept",
+                                extra={"session": session_id, "error": exc.reason})
                 except Exception:
                     log.exception("folding history failed; history kept",
                                   extra={"session": session_id})

@@ -119,6 +119,17 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     backup_dir: str = ""  # set: `gantry run` writes a backup there every BACKUP_EVERY
     backup_every: str = "1d"
     backup_keep: int = 7
+    # Budgets (gantry.model.budget, docs/models.md "Budgets"): unset is no limit; 0 allows none.
+    budget_daily_tokens: int | None = None
+    budget_daily_cost: float | None = None  # USD
+    budget_monthly_tokens: int | None = None
+    budget_monthly_cost: float | None = None
+    budget_auto_daily_tokens: int | None = None  # cron, watches, consolidation only
+    budget_auto_daily_cost: float | None = None
+    budget_auto_monthly_tokens: int | None = None
+    budget_auto_monthly_cost: float | None = None
+    budget_warn_percent: int = 80
+    budget_owner_through: bool = False  # the owner's private chat passes the overall limits
 
     @property
     def tools_always_list(self) -> tuple[str, ...]:
@@ -160,6 +171,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
         return Path(self.data_dir) / "gantry.db"
 
 
+MAX_BUDGET_TOKENS = 10**13
+
 # Inclusive bounds for integer settings: wide enough for any sane deployment,
 # narrow enough to catch typos such as an extra zero or a negative number.
 INT_BOUNDS: dict[str, tuple[int, int]] = {
@@ -180,7 +193,15 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "document_timeout_seconds": (1, 600),
     "backup_keep": (1, 10_000),
     "speech_max_chars": (50, 100_000),
+    "budget_daily_tokens": (0, MAX_BUDGET_TOKENS),
+    "budget_monthly_tokens": (0, MAX_BUDGET_TOKENS),
+    "budget_auto_daily_tokens": (0, MAX_BUDGET_TOKENS),
+    "budget_auto_monthly_tokens": (0, MAX_BUDGET_TOKENS),
+    "budget_warn_percent": (1, 100),
 }
+BUDGET_COSTS = ("budget_daily_cost", "budget_monthly_cost", "budget_auto_daily_cost",
+                "budget_auto_monthly_cost")
+MAX_BUDGET_COST = 1_000_000.0  # USD a period: anything above is a typo
 _DURATION = re.compile(r"([0-9]+)\s*([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 BACKUP_EVERY_BOUNDS = (5, 366 * 86400)
@@ -263,6 +284,39 @@ def _parse_users(name: str, raw: str, problems: list[str]) -> tuple[int, ...] | 
     return tuple(dict.fromkeys(int(p) for p in items))
 
 
+def _parse_cost(name: str, raw: str, problems: list[str]) -> float | None:
+    try:
+        value = float(raw.strip().removeprefix("$"))
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= MAX_BUDGET_COST:  # also NaN
+        problems.append(f"{name} must be an amount of USD between 0 and "
+                        f"{MAX_BUDGET_COST:,.0f}, e.g. 2.50, got {raw[:40]!r}")
+        return None
+    return value
+
+
+_FALLBACK_MODEL = re.compile(r"LLM_FALLBACK_[0-9]+_MODEL")
+
+
+def _unpriced_budgets(values: dict[str, Any], prices: Mapping[str, Price],
+                      env: Mapping[str, str]) -> list[str]:
+    """A cost budget only holds if every chat model has a price: an unpriced call costs 0,
+    so the budget would never be reached. Refused at boot rather than silently unenforced."""
+    costs = [env_name(f) for f in BUDGET_COSTS if values.get(f) is not None]
+    if not costs:
+        return []
+    models = [values.get("llm_model", "")]
+    models += [v.strip() for k, v in env.items() if _FALLBACK_MODEL.fullmatch(k) and v.strip()]
+    missing = [m for m in dict.fromkeys(models) if m and m not in prices]
+    if not missing:
+        return []
+    return [f"{', '.join(costs)} set, but LLM_PRICES has no price for "
+            f"{', '.join(map(repr, missing))}: its calls would cost nothing and the budget "
+            "would never be reached. Add e.g. LLM_PRICES='model=0.15/0.075/0.60' (USD per 1M "
+            "tokens: input/cached/output), or use a BUDGET_…_TOKENS limit instead"]
+
+
 def _check_tz(raw: str, problems: list[str]) -> None:
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -298,6 +352,8 @@ def load(
             parsed: Any = _parse_users(name, raw, problems)
         elif f.name in INT_BOUNDS:
             parsed = _parse_int(name, raw, problems)
+        elif f.name in BUDGET_COSTS:
+            parsed = _parse_cost(name, raw, problems)
         elif isinstance(f.default, bool):
             parsed = _parse_bool(name, raw, problems)
         else:
@@ -386,9 +442,11 @@ def load(
                         f"and 366d, e.g. 1d or 12h, got {values.get('backup_every', '')[:40]!r}")
 
     try:
-        parse_prices(values.get("llm_prices", ""))
+        prices = parse_prices(values.get("llm_prices", ""))
     except PricesError as exc:
         problems.append(str(exc))
+    else:
+        problems += _unpriced_budgets(values, prices, env)
 
     if proxy_env is not None:
         from gantry import proxyenv

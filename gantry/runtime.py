@@ -275,6 +275,11 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
     channel = build_channel(cfg, conn, tls, agent, media, speaker_for(cfg, tls))
     if mcp_host is not None:
         mcp_host.elicitor.attach(channel)  # servers' questions are asked through it
+    from gantry.model.budget import plug as plug_budget
+
+    budget = plug_budget(cfg, conn, provider.meter, agent.zone, channel)
+    if budget is not None:
+        agent.status_lines.append(budget.status)
     turns = Turns(settle=agent.sessions.settle_stopped)
     respond = turns.wrap(agent)
     cron = None
@@ -282,6 +287,7 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
         from gantry import cron as cron_mod
 
         cron = cron_mod.setup(cfg, conn, registry, respond, channel)
+        cron.ticker.gate = budget.admit if budget is not None else None
         agent.status_lines.append(cron.status)
         if mcp_host is not None and cfg.watch_max > 0:  # watches ride the cron ticker
             from gantry import watch
@@ -323,6 +329,8 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
                 tg.start_soon(cron.run)
             if backups is not None:
                 tg.start_soon(backups.run)
+            if budget is not None:
+                tg.start_soon(budget.deliver, channel.push)
             with receive:
                 await channel.serve(respond, ready)
             if not receive.cancel_called:  # input ended (EOF): finish up and leave

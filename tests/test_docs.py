@@ -22,6 +22,8 @@ def _rows() -> dict[str, tuple[str, str]]:
 
 
 def _doc_default(value: object) -> str:
+    if value is None:  # an optional limit (BUDGET_*): no default, no limit
+        return "unset"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
     if isinstance(value, str):

@@ -25,6 +25,7 @@ from gantry.memory.store import (
     render_hits,
     validate,
 )
+from gantry.model.budget import BudgetReached
 from gantry.model.ledger import Tab, attributed
 from gantry.model.messages import SystemMessage, UserMessage
 
@@ -122,7 +123,7 @@ def build_prompt(
 class Outcome:
     """What one pass did (for logs and tests)."""
 
-    status: str  # idle | done | quarantined | deferred
+    status: str  # idle | done | quarantined | deferred | skipped (a budget reached)
     created: tuple[int, ...] = ()
     linked: tuple[int, ...] = ()
     flagged: tuple[int, ...] = ()
@@ -214,6 +215,9 @@ class Consolidator:
                 )
             except ProviderError as exc:
                 return self._deferred(episode_ids, str(exc), through)
+            except BudgetReached as exc:  # nothing marked: the episodes wait for the next pass
+                log.warning("consolidation skipped: budget reached", extra={"error": exc.reason})
+                return Outcome("skipped")
             self._tab.add(done.charge)
             output = done.text
             try:

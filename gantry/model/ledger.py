@@ -136,9 +136,15 @@ class Meter:
         self.conn = conn
         self.prices: Mapping[str, Price] = prices or {}
         self.clock = clock
+        self.gate: Callable[[str, str | None], None] | None = None
+        """Set by gantry.model.budget: asked (source, chat) before each call is opened; it
+        raises to refuse the call (BudgetReached)."""
 
-    def open(self, model: str, endpoint: str, prompt_chars: int) -> int:
-        """A row for a call about to be sent, committed at once; its id."""
+    def open(self, model: str, endpoint: str, prompt_chars: int, *, gated: bool = True) -> int:
+        """A row for a call about to be sent, committed at once; its id. `gated`: the
+        budget is asked first, in the same step, so no call slips between check and row."""
+        if gated and self.gate is not None:
+            self.gate(SOURCE.get(), CHAT.get())
         with self.conn:
             self.conn.execute(
                 "INSERT INTO usage (started_at, source, chat, model, endpoint, state, "
@@ -177,7 +183,7 @@ class Meter:
         done with what the server reported (estimated when nothing), or failed."""
         token = SOURCE.set(source) if source else None
         try:
-            row_id = self.open(model, endpoint, prompt_chars)
+            row_id = self.open(model, endpoint, prompt_chars, gated=False)  # made already
         finally:
             if token is not None:
                 SOURCE.reset(token)
