@@ -272,7 +272,7 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
     media.prune()  # kept media past MEDIA_KEEP_DAYS or over MEDIA_MAX_TOTAL_BYTES
     from gantry.media.speech import speaker_for
 
-    channel = build_channel(cfg, conn, tls, agent, media, speaker_for(cfg, tls))
+    channel = build_channel(cfg, conn, tls, agent, media, speaker_for(cfg, tls, meter))
     if mcp_host is not None:
         mcp_host.elicitor.attach(channel)  # servers' questions are asked through it
     from gantry.model.budget import plug as plug_budget

@@ -310,6 +310,25 @@ async def test_transcription_is_a_row(fake: FakeOpenAI, conn: Any, tmp_path: Pat
     assert failed["state"] == "failed"
 
 
+async def test_speech_is_a_row(conn: Any) -> None:
+    from gantry.media.speech import Speaker, SpeechFailed
+
+    async with FakeOpenAI() as llm:
+        speaker = Speaker(llm.base_url, "sk-test", "tts-1", "nova", meter=Meter(conn, {}))
+        try:
+            await speaker("Hello there.")
+            llm.speech_status = 503
+            with pytest.raises(SpeechFailed, match="HTTP 503"):
+                await speaker("again")
+        finally:
+            await speaker.aclose()
+    done, failed = rows(conn)
+    assert (done["source"], done["model"], done["state"], done["estimated"]) == (
+        "speech", "tts-1", "done", 1)
+    assert done["prompt_tokens"] > 0 and done["endpoint"] == llm.base_url
+    assert (failed["source"], failed["state"]) == ("speech", "failed")
+
+
 def test_transcription_usage_as_reported() -> None:
     from gantry.media.transcribe import transcript_usage
 

@@ -52,8 +52,11 @@ class Speaker:
     def __init__(self, base_url: str, api_key: str, model: str, voice: str, *,
                  max_chars: int = 1000, verify: ssl.SSLContext | bool = True,
                  timeout: float = SPEECH_TIMEOUT, max_bytes: int = SPEECH_MAX_BYTES,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self.url = base_url.rstrip("/") + "/audio/speech"
+                 transport: httpx.AsyncBaseTransport | None = None, meter: Any = None) -> None:
+        """`meter` (gantry.model.ledger.Meter) set: each request is a usage-ledger row."""
+        self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + "/audio/speech"
+        self.meter = meter
         self.model, self.voice = model, voice
         self.max_chars, self.timeout, self.max_bytes = max_chars, timeout, max_bytes
         self._args = client_args(api_key, verify, timeout, transport)
@@ -70,11 +73,15 @@ class Speaker:
         try:
             with anyio.fail_after(self.timeout):
                 data = await synthesize(self._http, self.url, body, self.max_bytes)
-        except TimeoutError:
-            raise SpeechFailed(f"no speech within {self.timeout:.0f} s") from None
-        except httpx.HTTPError as exc:
-            raise SpeechFailed(f"the speech service was not reachable: "
-                               f"{type(exc).__name__}") from None
+        except (TimeoutError, httpx.HTTPError, SpeechFailed) as exc:
+            self._record(len(text), ok=False)
+            if isinstance(exc, TimeoutError):
+                raise SpeechFailed(f"no speech within {self.timeout:.0f} s") from None
+            if isinstance(exc, httpx.HTTPError):
+                raise SpeechFailed(f"the speech service was not reachable: "
+                                   f"{type(exc).__name__}") from None
+            raise
+        self._record(len(text), ok=True)
         found = await anyio.to_thread.run_sync(opus_file, data)
         if found is None:
             raise SpeechFailed(f"the speech service sent no OGG/Opus audio ({len(data)} bytes, "
@@ -84,17 +91,25 @@ class Speaker:
                                f"{SPEECH_MAX_SECONDS:.0f} s")
         return Speech(data, found.seconds, len(text))
 
+    def _record(self, chars: int, *, ok: bool) -> None:
+        """The request as one ledger row (source `speech`): billed by the characters sent,
+        so its tokens are an estimate, marked as one."""
+        if self.meter is not None:
+            self.meter.record_call(self.model, self.base_url, prompt_chars=chars, ok=ok,
+                                   source="speech")
+
     async def aclose(self) -> None:
         if self._http is not None:
             await self._http.aclose()
             self._http = None
 
 
-def speaker_for(cfg: Any, verify: Any = True) -> Speaker | None:
+def speaker_for(cfg: Any, verify: Any = True, meter: Any = None) -> Speaker | None:
     """The process's Speaker when LLM_SPEECH_MODEL is set, at LLM_SPEECH_BASE_URL/_API_KEY or
     else the chat model's URL and key; None (no voice replies) otherwise."""
     if not cfg.llm_speech_model:
         return None
     return Speaker(cfg.llm_speech_base_url or cfg.llm_base_url,
                    cfg.llm_speech_api_key or cfg.llm_api_key, cfg.llm_speech_model,
-                   cfg.llm_speech_voice, max_chars=cfg.speech_max_chars, verify=verify)
+                   cfg.llm_speech_voice, max_chars=cfg.speech_max_chars, verify=verify,
+                   meter=meter)
