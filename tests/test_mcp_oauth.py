@@ -20,6 +20,8 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gantry import db
 from gantry.mcp.login import LoginError, Pasted, parse_pasted
@@ -683,7 +685,10 @@ async def test_a_server_whose_issuer_changed_asks_for_a_new_login_and_gets_no_ol
     registers anew with the new one, and calls work again."""
     from urllib.parse import urlsplit
 
+    from gantry.mcp.auth import oauth_hook
+    from gantry.mcp.host import Host
     from gantry.mcp.oauth import OAuthHook
+    from gantry.tools import Registry
 
     old = oauth_server()
     port = str(urlsplit(old.base).port)
@@ -699,10 +704,18 @@ async def test_a_server_whose_issuer_changed_asks_for_a_new_login_and_gets_no_ol
     old.proc.wait(timeout=10)
     new = oauth_server("--port", port, "--issuer-host", "localhost")
     assert new.url == old.url
-    await fails(hook, spec)
     want = (f"the server's authorization server changed from http://127.0.0.1:{port} to "
             f"http://localhost:{port}: the login for the old one is not sent to the new one; "
             "run `gantry mcp login remote`")
+    host = Host([spec], Registry(), env, auth=oauth_hook([spec], tmp_path / "data" / "gantry.db"))
+    async with anyio.create_task_group() as tg:
+        await host.start(tg)  # the stored token meets the new server's 401
+        await until(lambda: host.servers["remote"].state == "needs login", what="needs login")
+        assert host.status_lines()[0].startswith(f"remote: needs login ({want})")
+        result = await host.call("remote", "whoami", {})
+        assert result.text == f"MCP server 'remote' needs an OAuth login: {want}"
+        tg.cancel_scope.cancel()
+    await fails(hook, spec)  # a connection anyway: refused the same way, before any refresh
     assert hook.gates["remote"].reason == want
     assert problem(store.get("remote"), "remote", spec.url, time.time()) == want
     stats = new.stats()
@@ -727,6 +740,7 @@ def test_client_metadata_urls_and_issuers() -> None:
     for bad in ("http://example.com/gantry.json", "https://example.com", "https://example.com/",
                 "https://u:p@example.com/g", "https://example.com/g#x", "https:///g",
                 "https://example.com/a/../g", "https://example.com:99999/g",
+                "https://example.com/a b", " https://example.com/g",
                 "https://example.com/" + "a" * 3000):
         assert cimd.url_problem(bad) is not None, bad
     assert cimd.reusable("https://example.com/g", "https://example.com/g")
@@ -740,3 +754,31 @@ def test_client_metadata_urls_and_issuers() -> None:
     assert issuer.moved("https://as/", []) is None
     assert "from https://as/ to https://other/" in str(issuer.moved("https://as/",
                                                                     ["https://other/"]))
+
+
+@given(st.text(max_size=300))
+def test_any_text_gets_a_verdict_not_an_exception(text: str) -> None:
+    from gantry.mcp import cimd, issuer
+
+    why = cimd.url_problem(text)
+    assert why is None or isinstance(why, str)
+    if why is None:
+        assert text.lower().startswith("https://") and "#" not in text
+    assert issuer.moved(text or "x", [text or "x"]) is None
+    issuer.stored(text)
+
+
+@given(st.from_regex(r"[a-z][a-z0-9-]{0,20}(\.[a-z]{2,6}){1,2}", fullmatch=True),
+       st.lists(st.from_regex(r"[A-Za-z0-9_~-][A-Za-z0-9._~-]{0,15}", fullmatch=True),
+                min_size=1, max_size=4))
+def test_an_https_address_with_a_path_is_a_client_id(host: str, segments: list[str]) -> None:
+    from gantry.mcp import cimd
+
+    path = "/".join(segments)
+    url = f"https://{host}/{path}"
+    if any(seg in (".", "..") for seg in segments):
+        assert cimd.url_problem(url) is not None
+    else:
+        assert cimd.url_problem(url) is None, url
+        assert cimd.url_problem(f"http://{host}/{path}") is not None
+        assert cimd.url_problem(f"{url}#frag") is not None

@@ -18,10 +18,13 @@ APPLICATION_TYPE: Final = "native"  # OIDC Registration §2: a CLI/daemon, not a
 
 
 def url_problem(url: str) -> str | None:
-    """Why `url` cannot be a client_id (draft-ietf-oauth-client-id-metadata-document §3), or
-    None: https, a host, a path other than `/`, no `.`/`..` segments, no login, no #fragment."""
+    """Why `url` cannot be a client_id (draft-ietf-oauth-client-id-metadata-document), or
+    None: https, a host, a path other than `/`, no `.`/`..` segments, no login, no #fragment,
+    no spaces."""
     if len(url) > MAX_URL:
         return f"longer than {MAX_URL} characters"
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        return "must not contain spaces or control characters"
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port that is not one
