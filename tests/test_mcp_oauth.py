@@ -659,7 +659,8 @@ def test_login_registers_when_the_server_takes_no_metadata_document(
 def test_login_refuses_an_authorization_response_from_another_issuer(
     tmp_path: Path, oauth_server: Callable[..., OAuthServer]
 ) -> None:
-    """RFC 9207: the redirect's `iss` must be the authorization server's issuer."""
+    """RFC 9207: the redirect's `iss` must be the authorization server's issuer; RFC 8414:
+    so must the metadata's `issuer`."""
     server = oauth_server("--iss", "wrong")
     env = gantry_env(tmp_path, manifest(tmp_path, server))
     code, out, err = cli_login(env, "remote")
@@ -668,6 +669,14 @@ def test_login_refuses_an_authorization_response_from_another_issuer(
         in out and "http://wrong.invalid/" in out, out
     assert "nothing was stored" in out and "Traceback" not in out + err
     assert stored(tmp_path) is None and server.stats()["code_grants"] == 0
+
+    other = oauth_server("--metadata-issuer", "http://127.0.0.1:9/")  # RFC 8414 §3.3
+    env = gantry_env(tmp_path, manifest(tmp_path, other))
+    code, out, err = cli_login(env, "remote")
+    assert code == 1, out + err
+    assert "refused: the answer does not come from the authorization server gantry asked " \
+        "(Authorization server metadata issuer mismatch: http://127.0.0.1:9/" in out, out
+    assert stored(tmp_path) is None and other.stats()["registered"] == 0
 
     right = oauth_server("--iss", "right")
     env = gantry_env(tmp_path, manifest(tmp_path, right))

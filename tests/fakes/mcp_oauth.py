@@ -14,7 +14,8 @@ authorization server `http://localhost:P/` (another issuer on the same socket: r
 same `--port`, it is a server whose authorization server changed). `--cimd-ca PEM`: the
 authorization server advertises Client ID Metadata Documents and fetches an https `client_id`
 (trusting that CA). `--iss`: the authorize redirect carries RFC 9207 `iss` (the right one, or
-another). `GET /test/registrations` lists the registration requests' bodies as sent.
+another); `--metadata-issuer URL`: the metadata names another issuer than its own.
+`GET /test/registrations` lists the registration requests' bodies as sent.
 `POST /test/revoke` forgets every token (refresh tokens included), `POST /test/forget-access`
 only the access tokens, `POST /test/token-down` (`-up`) makes /token answer 503;
 `GET /test/stats` counts grants. Test-only routes, unauthenticated: never anything but loopback.
@@ -201,10 +202,14 @@ class TokenSwitch:
     with `cimd`, the authorization server metadata says it takes Client ID Metadata
     Documents (the SDK's server has no such setting)."""
 
-    def __init__(self, app: Any, cimd: bool = False) -> None:
+    def __init__(self, app: Any, cimd: bool = False, metadata_issuer: str | None = None) -> None:
         self.app = app
         self.down = False
-        self.cimd = cimd
+        self.patch: dict[str, Any] = {}  # what the metadata says besides the SDK's
+        if cimd:
+            self.patch["client_id_metadata_document_supported"] = True
+        if metadata_issuer:
+            self.patch["issuer"] = metadata_issuer
         self.registrations: list[Any] = []
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -219,8 +224,8 @@ class TokenSwitch:
                                status_code=503)(scope, receive, send)
         elif path == "/register":
             await self.app(scope, await self._kept(receive), send)
-        elif self.cimd and path == "/.well-known/oauth-authorization-server":
-            await self.app(scope, receive, _advertising_cimd(send))
+        elif self.patch and path == "/.well-known/oauth-authorization-server":
+            await self.app(scope, receive, _patched(send, self.patch))
         else:
             await self.app(scope, receive, send)
 
@@ -248,8 +253,8 @@ class TokenSwitch:
         return again
 
 
-def _advertising_cimd(send: Any) -> Any:
-    """`send` for the metadata response, with client_id_metadata_document_supported added."""
+def _patched(send: Any, patch: dict[str, Any]) -> Any:
+    """`send` for the metadata response, with `patch`'s members set in the document."""
     start: dict[str, Any] = {}
     body = b""
 
@@ -262,7 +267,7 @@ def _advertising_cimd(send: Any) -> Any:
         if message.get("more_body"):
             return
         doc = json.loads(body)
-        doc["client_id_metadata_document_supported"] = True
+        doc.update(patch)
         out = json.dumps(doc).encode()
         headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
         await send({**start, "headers": [*headers, (b"content-length", str(len(out)).encode())]})
@@ -285,6 +290,8 @@ def main() -> None:
     p.add_argument("--issuer-host", default="127.0.0.1", choices=("127.0.0.1", "localhost"))
     p.add_argument("--cimd-ca", metavar="PEM")
     p.add_argument("--iss", choices=("right", "wrong"))
+    p.add_argument("--metadata-issuer", metavar="URL",
+                   help="the authorization server metadata names this issuer (a wrong one)")
     args = p.parse_args()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -302,7 +309,7 @@ def main() -> None:
     server = build(base, provider, registration=not args.no_registration,
                    path="/sse" if args.sse else "/mcp", issuer=issuer)
     app = TokenSwitch(server.sse_app() if args.sse else server.streamable_http_app(),
-                      cimd=args.cimd_ca is not None)
+                      cimd=args.cimd_ca is not None, metadata_issuer=args.metadata_issuer)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     print(base, flush=True)
     sys.stdout.close()
