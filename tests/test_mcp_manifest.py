@@ -85,7 +85,8 @@ def test_a_manifest_cannot_set_what_was_expanded() -> None:
     found = problems(f'[[server]]\nname = "s"\ncommand = "{PY}"\nexpanded = []\n')
     assert found == ["server 's': unknown key 'expanded'; allowed: name, command, args, env, "
                      "cwd, url, transport, headers, allow_http, required, timeout_seconds, "
-                     "resources, auth, client_id, client_secret, scopes, redirect_uri"]
+                     "resources, auth, client_id, client_secret, scopes, redirect_uri, "
+                     "oauth_client_metadata_url"]
 
 
 def test_an_expanded_command_not_found_is_not_quoted() -> None:
@@ -281,6 +282,44 @@ auth = "oauth"
         "http(s) URL (the one registered for client_id)",
         "server 'child': auth is only for url servers (this one has a command)",
     ], found
+
+
+def test_oauth_client_metadata_url_is_an_https_address_and_not_with_client_id() -> None:
+    found = problems(
+        """
+[[server]]
+name = "plain"
+url = "https://mcp.example.test/mcp"
+auth = "oauth"
+oauth_client_metadata_url = "http://example.test/gantry.json"
+
+[[server]]
+name = "root"
+url = "https://mcp.example.test/mcp"
+auth = "oauth"
+oauth_client_metadata_url = "https://example.test/"
+client_id = "abc"
+
+[[server]]
+name = "stray"
+url = "https://mcp.example.test/mcp"
+oauth_client_metadata_url = "https://example.test/gantry.json"
+"""
+    )
+    assert found == [
+        "server 'plain': oauth_client_metadata_url: 'http://example.test/gantry.json' must "
+        "be an https URL (the authorization server fetches it)",
+        "server 'root': oauth_client_metadata_url: must have a path (the document's address, "
+        "e.g. https://example.com/gantry.json)",
+        "server 'root': oauth_client_metadata_url and client_id are two ways to name gantry "
+        "to the authorization server; keep one",
+        "server 'stray': oauth_client_metadata_url is used only with auth = \"oauth\"",
+    ], found
+    [spec] = parse('[[server]]\nname = "ok"\nurl = "https://mcp.example.test/mcp"\n'
+                   'auth = "oauth"\noauth_client_metadata_url = '
+                   '"https://example.test/gantry.json"\n', {})
+    assert spec.oauth_client_metadata_url == "https://example.test/gantry.json"
+    assert "oauth_client_metadata_url='https://example.test/gantry.json'" in repr(spec)
 
 
 def test_oauth_client_secret_is_expanded_and_kept_out_of_repr() -> None:

@@ -36,7 +36,8 @@ _TRANSPORT_HEADERS = frozenset({"mcp-session-id", "mcp-protocol-version", "last-
                                 "content-type", "content-length", "transfer-encoding",
                                 "accept", "connection"})
 _STDIO_KEYS = ("command", "args", "env", "cwd")
-_OAUTH_KEYS = ("auth", "client_id", "client_secret", "scopes", "redirect_uri")
+_OAUTH_KEYS = ("auth", "client_id", "client_secret", "scopes", "redirect_uri",
+               "oauth_client_metadata_url")
 _REMOTE_KEYS = ("url", "transport", "headers", "allow_http", *_OAUTH_KEYS)
 HIDDEN = "[REDACTED]"
 
@@ -69,6 +70,8 @@ class ServerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     client_secret: str | None = None
     scopes: list[str] | None = None
     redirect_uri: str | None = None
+    # Client ID Metadata Document: an https client_id (gantry/mcp/cimd.py).
+    oauth_client_metadata_url: str | None = None
     # What `${VAR}`s were replaced with (set by `parse`, never read from the manifest).
     expanded: tuple[str, ...] = ()
 
@@ -115,7 +118,9 @@ class ServerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
             return ""
         secret = ", client_secret=" + repr(HIDDEN) if self.client_secret is not None else ""
         return (f", auth={self.auth!r}, client_id={self.client_id!r}{secret}, "
-                f"scopes={self.scopes!r}, redirect_uri={self.redirect_uri!r}")
+                f"scopes={self.scopes!r}, redirect_uri={self.redirect_uri!r}"
+                + (f", oauth_client_metadata_url={self.oauth_client_metadata_url!r}"
+                   if self.oauth_client_metadata_url is not None else ""))
 
 
 def shown_url(url: str) -> str:
@@ -208,7 +213,7 @@ def _decode_error(where: str, exc: msgspec.ValidationError) -> str:
 
 ALLOWED = ("name", "command", "args", "env", "cwd", "url", "transport", "headers", "allow_http",
            "required", "timeout_seconds", "resources", "auth", "client_id", "client_secret",
-           "scopes", "redirect_uri")
+           "scopes", "redirect_uri", "oauth_client_metadata_url")
 
 
 def _unknown_key(where: str, key: str) -> str:
@@ -423,6 +428,15 @@ def _check_oauth(spec: ServerSpec, where: str, environ: Mapping[str, str]) -> li
                             "http(s) URL (the one registered for client_id)")
         elif parts.fragment:
             problems.append(f"{where}: redirect_uri must not have a #fragment")
+    if spec.oauth_client_metadata_url is not None:
+        from gantry.mcp.cimd import url_problem
+
+        why = url_problem(spec.oauth_client_metadata_url)
+        if why is not None:
+            problems.append(f"{where}: oauth_client_metadata_url: {why}")
+        if spec.client_id is not None:
+            problems.append(f"{where}: oauth_client_metadata_url and client_id are two ways "
+                            "to name gantry to the authorization server; keep one")
     return problems
 
 
