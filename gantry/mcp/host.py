@@ -52,6 +52,11 @@ class Host:
                                        elicitor, keep)
                         for s in specs}
 
+    def use_tasks(self, book: Any) -> None:
+        """Record every server's task calls in `book` (a TaskBook): they survive a restart."""
+        for server in self.servers.values():
+            server.caller.tasks.book = book
+
     def names(self) -> list[str]:
         return list(self.servers)
 
