@@ -118,3 +118,99 @@ async def test_a_task_resumes_after_a_restart_without_running_again(
     assert lines(out) == 1
     again = book.get("telegram:1", "call-1")
     assert again is not None and again.state == DONE and again.task_id == row.task_id
+
+
+async def test_a_stop_cancels_the_task_on_the_server(http_server: str, book: TaskBook,
+                                                     tmp_path: Path) -> None:
+    """The user's stop (Telegram /stop) sends tasks/cancel: the job never finishes, and the
+    call is recorded as cancelled (a restart does not poll it again)."""
+    from gantry.channel.base import Inbound, TurnStopped
+    from gantry.turns import Turns, tool_call
+
+    out = tmp_path / "count"
+    async with running(http_toml(http_server)) as (host, reg):
+        host.use_tasks(book)
+
+        async def respond(msg: Inbound, stream: object) -> str:
+            with tool_call(cancellable=True), recorded_call(msg.session_id, "call-9"):
+                await reg.call("tk__job", f'{{"path": "{out}", "seconds": 3}}')
+            await anyio.sleep(5)  # the turn's next checkpoint (the model call, in the agent)
+            return "unreachable"
+
+        shielded = Turns().wrap(respond)
+        msg = Inbound("telegram", "5", "u", "run the job")
+        stopped: list[BaseException] = []
+
+        async def turn() -> None:
+            try:
+                await shielded(msg, None)
+            except TurnStopped as exc:
+                stopped.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(turn)
+            await until(lambda: (r := book.get("telegram:5", "call-9")) is not None
+                        and r.state == RUNNING, what="the task id recorded")
+            assert shielded.stop(msg)
+        assert stopped
+        row = book.get("telegram:5", "call-9")
+        assert row is not None and row.state == DONE and row.error
+        from gantry.mcp.tasks import status
+
+        task = await status(host.servers["tk"].session, row.task_id)
+        assert task.status == "cancelled"
+    await anyio.sleep(3.5)
+    assert lines(out) == 1 and lines(Path(f"{out}.done")) == 0
+
+
+async def test_a_task_that_outlives_its_call_is_pushed_to_the_chat_later(
+    http_server: str, book: TaskBook, tmp_path: Path,
+) -> None:
+    """A task slower than the call's patience is left running; the model is told so, and the
+    result reaches the chat once, as a scheduled push (the finisher rides the cron ticker)."""
+    from gantry.cron.store import CronStore
+    from gantry.cron.ticker import Ticker
+    from gantry.mcp.finisher import Finisher
+
+    out = tmp_path / "count"
+    pushed: list[tuple[str, str]] = []
+
+    async def push(chat: str, text: str, sent: int = 0, progress: object = None,
+                   origin: str = "") -> None:
+        pushed.append((chat, text))
+        if callable(progress):
+            progress(1, 1)
+
+    async def respond(*args: object, **kwargs: object) -> str:
+        raise AssertionError("no turn runs for a task result")
+
+    async with running(http_toml(http_server, timeout=1)) as (host, reg):
+        host.use_tasks(book)
+        ticker = Ticker(CronStore(book.conn), respond, push, "telegram", 30.0)
+        ticker.riders.append(Finisher(book, host, ticker))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker.run)
+            with recorded_call("telegram:7", "call-3"):
+                told = await reg.call("tk__job",
+                                      f'{{"path": "{out}", "seconds": 3, "quiet": true}}')
+            assert not told.error and "still running as a task" in told.text
+            row = book.get("telegram:7", "call-3")
+            assert row is not None and row.state in (DETACHED, "delivering", DELIVERED)
+            await until(lambda: pushed, timeout=30, what="the result pushed")
+            await until(lambda: book.state("telegram:7", "call-3") == DELIVERED,
+                        what="delivered")
+            tg.cancel_scope.cancel()
+    assert len(pushed) == 1
+    chat, text = pushed[0]
+    assert chat == "7" and "job done after 3 s" in text and "'job'" in text
+    assert lines(out) == 1
+
+
+async def test_npm_server_everything_research_query_runs_as_a_task() -> None:
+    """server-everything's `simulate-research-query` (taskSupport "required", its SDK's
+    2025-11-25 tasks) is offered, and answers through tasks/get and tasks/result."""
+    async with running(toml_server("every", everything_command())) as (host, reg):
+        assert "every__simulate-research-query" in reg.names()
+        result = await reg.call("every__simulate-research-query", '{"topic": "tides"}')
+        assert not result.error, result.text
+        assert "# Research Report: tides" in result.text

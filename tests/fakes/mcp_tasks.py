@@ -5,7 +5,7 @@ no task support of its own. Over stdio, or Streamable HTTP on 127.0.0.1:
 
 Tools: `job` (taskSupport "required": runs `seconds`, appending one line to the file at `path`
 when it starts, so a test sees how often it really ran, and one to `path`.done when it
-finishes), `maybe` (taskSupport "optional":
+finishes; `quiet`: its status message never changes), `maybe` (taskSupport "optional":
 answers at once without a task), `ask` (required: the task asks the user one question through
 tasks/result, and answers with what they said). Tasks live in the server process, so a
 client that restarts finds them again (over HTTP the server outlives it).
@@ -65,7 +65,8 @@ def _run(job: Job) -> None:
     while time.monotonic() < end:
         if job.cancelled.wait(0.05):
             return
-        job.message = f"{end - time.monotonic():.1f} s left"
+        if not job.args.get("quiet"):  # a status that changes is life, as progress is
+            job.message = f"{end - time.monotonic():.1f} s left"
     with open(job.args["path"] + ".done", "a") as fh:
         fh.write("finished\n")
     job.finish("completed", f"job done after {job.args.get('seconds', 1)} s")
@@ -74,7 +75,8 @@ def _run(job: Job) -> None:
 TOOLS = [
     types.Tool(name="job", description="A long job, run as a task.",
                input_schema={"type": "object", "properties": {
-                   "path": {"type": "string"}, "seconds": {"type": "number"}},
+                   "path": {"type": "string"}, "seconds": {"type": "number"},
+                   "quiet": {"type": "boolean"}},
                    "required": ["path"]},
                execution=types.ToolExecution(task_support="required")),
     types.Tool(name="maybe", description="Answers at once, with or without a task.",
