@@ -211,6 +211,38 @@ async def test_npm_server_everything_research_query_runs_as_a_task() -> None:
     2025-11-25 tasks) is offered, and answers through tasks/get and tasks/result."""
     async with running(toml_server("every", everything_command())) as (host, reg):
         assert "every__simulate-research-query" in reg.names()
+        assert host.servers["every"].catalog.runs_tasks
         result = await reg.call("every__simulate-research-query", '{"topic": "tides"}')
         assert not result.error, result.text
         assert "# Research Report: tides" in result.text
+
+
+async def test_a_task_that_needs_input_asks_through_the_elicitation_relay() -> None:
+    """A task in `input_required` asks its question through tasks/result; it goes through
+    the relay to the turn's user like any call's question (the SDK fixture's `ask`, and
+    server-everything's ambiguous research query), and the answer reaches the task."""
+    from gantry import elicit
+    from gantry.mcp.elicitation import Elicitor
+    from tests.test_elicit_host import ME, Script, served
+
+    def answer(q: elicit.Question) -> str:
+        if q.text.startswith("MCP server"):
+            return elicit.ANSWER
+        return "green" if "colour" in q.text.lower() else q.choices[0]
+
+    dialog = Script(answer)
+    elicitor = Elicitor(timeout=30)
+    elicitor.dialogs["stdio"] = dialog
+    async with served(tasks_toml() + toml_server("every", everything_command()),
+                      elicitor) as host:
+        token = elicit.TURN.set(ME)
+        try:
+            asked = await host.call("tk", "ask", {})
+            research = await host.call("every", "simulate-research-query",
+                                       {"topic": "python", "ambiguous": True})
+        finally:
+            elicit.TURN.reset(token)
+    assert (asked.text, asked.error) == ("the user said 'green'", False)
+    assert not research.error, research.text
+    assert "Clarification" in research.text
+    assert any("multiple interpretations" in q.text for q in dialog.asked)
