@@ -1,4 +1,4 @@
-"""The SQLite record of MCP tool calls made as tasks (migration mcp_tasks): one row per
+"""The SQLite record of MCP tool calls made as tasks (migration 0019_mcp_tasks.sql): one row per
 recorded tool call, each step its own transaction, so a restart knows for every call whether
 its task exists, which one, and whether its result was already given."""
 

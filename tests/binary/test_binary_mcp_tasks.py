@@ -14,19 +14,14 @@ from typing import Any
 import pytest
 
 from tests.binary.rootfs import INSTALL_PATH, Sandbox
+from tests.binary.test_binary_mcp_remote import _Run
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
-from tests.procs import ChildIO
 from tests.test_mcp_tasks import http_server, http_toml, lines
 
 pytestmark = [pytest.mark.binary, pytest.mark.slow]
 __all__ = ["http_server"]  # fixture used by name
 
 KEY = "sk-binary-tasks"
-WAIT = 90.0
-
-
-class _Run(ChildIO):
-    default_wait = WAIT
 
 
 def test_a_task_resumes_after_kill_9_in_the_frozen_binary(
