@@ -60,7 +60,7 @@ from gantry.session import (
 )
 from gantry.steer import Steer, fold, is_followup
 from gantry.tools import CALLER, Offer, Registry, offered
-from gantry.turns import tool_call
+from gantry.turns import recorded_call, tool_call
 
 log = logging.getLogger("gantry.agent")
 
@@ -514,7 +514,8 @@ class Agent:
         async def one(i: int, call: ToolCall) -> None:
             tool = self.tools.get(self.tools.resolve(call.function.name) or call.function.name)
             # A user's stop cancels an MCP call (its server is told); a built-in one it awaits.
-            with tool_call(cancellable=tool is not None and not tool.builtin) as scope:
+            with tool_call(cancellable=tool is not None and not tool.builtin) as scope, \
+                    recorded_call(session_id, call.id):
                 result = await self.tools.call(
                     call.function.name, call.function.arguments, shared=shared
                 )

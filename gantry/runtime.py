@@ -275,6 +275,10 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
     channel = build_channel(cfg, conn, tls, agent, media, speaker_for(cfg, tls, meter))
     if mcp_host is not None:
         mcp_host.elicitor.attach(channel)  # servers' questions are asked through it
+        from gantry.mcp.taskbook import TaskBook
+
+        task_book = TaskBook(conn)
+        mcp_host.use_tasks(task_book)  # tool calls made as tasks survive a restart
     from gantry.model.budget import plug as plug_budget
 
     budget = plug_budget(cfg, conn, provider.meter, agent.zone, channel)
@@ -294,6 +298,10 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
 
             watches = watch.setup(cfg, conn, registry, mcp_host, cron.ticker, channel.can_push)
             agent.status_lines.append(watches.status)
+        if mcp_host is not None:  # late task results, pushed to the chat
+            from gantry.mcp.finisher import Finisher
+
+            cron.ticker.riders.append(Finisher(task_book, mcp_host, cron.ticker, outbox.keep))
     from gantry.skills.wiring import setup as setup_skills
 
     skills = setup_skills(cfg.persona_dir, registry, agent.router, agent)

@@ -99,7 +99,8 @@ async def collect(cfg: Config, environ: Mapping[str, str]) -> Listing:
     catalog = [t for t in registry.tools() if offer.routed and t.source.mcp
                and t.name not in shown]
     task_only = sorted(lt.exposed for s in (host.servers.values() if host else ())
-                       for lt in s.listed.values() if lt.needs_task and lt.name not in s.hidden)
+                       for lt in s.listed.values()
+                       if lt.needs_task and lt.name not in s.hidden and not s.catalog.runs_tasks)
     return Listing(offer, catalog, task_only, down)
 
 
@@ -143,7 +144,8 @@ def main(env_file: str | None) -> int:
     for tool in listing.catalog:
         print(_line(tool, width, f"{tool.source.name}, routed"))
     for name in listing.task_only:
-        print(f"not offered: {name} (it can only be called as a task, which gantry does not do)")
+        print(f"not offered: {name} (it can only be called as a task, and its server "
+              "offers no tasks)")
     for server, error in listing.unavailable:
         print(f"not connected: MCP server {server} (optional; its tools are missing): {error}")
     print(listing.offer.summary())

@@ -20,6 +20,7 @@ from gantry.mcp.deadline import MAX_CALL_SECONDS, Deadline
 from gantry.mcp.elicitation import Asking
 from gantry.mcp.link import delivery
 from gantry.mcp.supervise import Supervisor
+from gantry.mcp.tasks import Tasks
 from gantry.mcp.validate import ArgsValidator
 
 log = logging.getLogger("gantry.mcp")
@@ -75,6 +76,7 @@ class Caller:
         # Whether resource_read reads this server's resources (its links then say so).
         self.readable: Callable[[], bool] = lambda: False
         self.stats: dict[str, ToolStats] = {}
+        self.tasks = Tasks(self.name)  # calls made as tasks; its book is set at boot
 
     async def call(
         self, tool: str, args: dict[str, Any], *, validator: ArgsValidator | None = None
@@ -138,6 +140,9 @@ class Caller:
         from mcp_types import REQUEST_TIMEOUT
 
         timeout = self.spec.timeout_seconds
+        if self.supervisor.catalog.as_task(tool):
+            return await self.tasks.call(session, tool, args, self.asking, timeout,
+                                         call_cap(timeout))
         with anyio.CancelScope() as scope:
             deadline = Deadline(scope, timeout, call_cap(timeout), MAX_CALL_SECONDS)
 

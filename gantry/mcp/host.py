@@ -60,6 +60,11 @@ class Host:
             self.servers[s.name] = Server(s, registry, environ, hidden.get(s.name, ()), auth,
                                           elicitor, keep, self.resource_tools.update)
 
+    def use_tasks(self, book: Any) -> None:
+        """Record every server's task calls in `book` (a TaskBook): they survive a restart."""
+        for server in self.servers.values():
+            server.caller.tasks.book = book
+
     def names(self) -> list[str]:
         return list(self.servers)
 
