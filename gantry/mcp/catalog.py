@@ -10,6 +10,7 @@ from typing import Any
 
 from gantry.mcp import convert
 from gantry.mcp.convert import CallResult
+from gantry.mcp.era import reissue_safe
 from gantry.mcp.validate import ArgsValidator, compile_schema
 from gantry.tools import Registry, Tool, ToolError, mcp_source
 
@@ -36,6 +37,7 @@ class ListedTool:
     validator: ArgsValidator | None
     needs_task: bool = False
     structured: bool = False  # it declares an output schema: its items are structuredContent
+    reissue: bool = False  # annotated read-only or idempotent: a broken call may be sent again
 
 
 def needs_task(tool: Any) -> bool:
@@ -75,6 +77,7 @@ class Catalog:
                 t.name, names[t.name], t.description or "", schema,
                 compile_schema(schema, names[t.name]), needs_task(t),
                 structured=getattr(t, "output_schema", None) is not None,
+                reissue=reissue_safe(t),
             )
         self.listed = listed
         self._register()

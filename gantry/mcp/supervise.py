@@ -22,7 +22,9 @@ from gantry.mcp.auth import AuthHook
 from gantry.mcp.breaker import Breaker
 from gantry.mcp.catalog import Catalog
 from gantry.mcp.elicitation import Asking
+from gantry.mcp.era import negotiate
 from gantry.mcp.link import Link
+from gantry.mcp.listen import Listener
 from gantry.mcp.manifest import ServerSpec
 from gantry.mcp.resources import Subscriptions
 from gantry.mcp.trouble import ServerStartError, besides, cause, describe, redacted
@@ -80,6 +82,8 @@ class Supervisor:
         self.environ = environ
         self.catalog = catalog  # listed at every start, and again on tools/list_changed
         self.watches = watches  # subscribed again at every start
+        self.listener = Listener(spec.name, watches, self._tools_changed)  # 2026 sessions
+        self.protocol = ""  # the protocol version the last session spoke (era.py)
         self.asking = asking  # the elicitation callback each session gets
         self.state = "starting"
         self.session: Any = None
@@ -150,7 +154,8 @@ class Supervisor:
                                      extra={"server": self.name,
                                             "tools": len(self.catalog.listed)})
                         ever_up = True
-                        await self._serve(session, link)
+                        async with self.listener.running(session):
+                            await self._serve(session, link)
                         reason = link.reason
                         renew = link.renew
                         self.session = None
@@ -258,7 +263,7 @@ class Supervisor:
         step = "initialize"
         try:
             with anyio.fail_after(INIT_TIMEOUT):
-                result = await session.initialize()
+                await negotiate(session, self.spec)
                 step = "tools/list"
                 await self.catalog.list_tools(session)
         except Exception as exc:
@@ -272,8 +277,9 @@ class Supervisor:
             else:
                 why = describe(exc)
             raise ServerStartError(self._start_message(why, link.tail())) from None
-        self.instructions = result.instructions or ""
-        resources = getattr(result.capabilities, "resources", None)
+        self.protocol = session.protocol_version or ""
+        self.instructions = session.instructions or ""
+        resources = getattr(session.server_capabilities, "resources", None)
         self.watches.can_subscribe = bool(getattr(resources, "subscribe", False))
 
     async def _serve(self, session: Any, link: Link) -> None:
@@ -322,13 +328,17 @@ class Supervisor:
         from mcp_types import ResourceUpdatedNotification, ToolListChangedNotification
 
         if isinstance(message, ToolListChangedNotification):
-            self._refresh = True
-            self._wake.set()
+            self._tools_changed()
         elif isinstance(message, ResourceUpdatedNotification):
             self.watches.updated(str(message.params.uri))
         elif isinstance(message, Exception):
             log.warning("mcp transport error", extra={"server": self.name,
                                                        "error": str(message)[:200]})
+
+    def _tools_changed(self) -> None:
+        """tools/list_changed (a notification, or an event on a 2026 listen stream)."""
+        self._refresh = True
+        self._wake.set()
 
     # ------------------------------------------------------------------ for the call path
 

@@ -92,6 +92,13 @@ def big(chars: int = 1_000_000) -> str:
     return "x" * chars
 
 
+async def _tools_changed(ctx: Context) -> None:
+    """Both eras' spelling: a 2025 notification on the session, a 2026 subscriptions/listen
+    event on the bus (each reaches only the clients of its era)."""
+    await ctx.session.send_tool_list_changed()
+    await ctx.notify_tools_changed()
+
+
 @server.tool()
 async def grow(ctx: Context) -> str:
     """Add the tool `extra` and tell the client the tool list changed."""
@@ -101,7 +108,7 @@ async def grow(ctx: Context) -> str:
         return "extra!"
 
     server.add_tool(extra)
-    await ctx.session.send_tool_list_changed()
+    await _tools_changed(ctx)
     return "grown"
 
 
@@ -121,7 +128,7 @@ async def reshape(ctx: Context) -> str:
 
     server.remove_tool("size")
     server.add_tool(size)
-    await ctx.session.send_tool_list_changed()
+    await _tools_changed(ctx)
     return "reshaped"
 
 
