@@ -30,6 +30,7 @@ PROGRESS_CAP_FACTOR = 10
 CAPPED = "capped"  # the MCPError message of a call cut at call_cap() after progress
 ASKED = "asked"  # … of one cut at its cap (or MAX_CALL_SECONDS) after asking the user
 RENEW_WAIT = 30.0  # how long a call whose request never arrived waits for the new session
+BROKEN_GRACE = 0.5  # a broken 2026 call waits this long to learn whether its link is gone
 
 
 class NotSent(Exception):
@@ -187,9 +188,13 @@ class Caller:
         """Where to send a call again: a 2026 stream that broke on a link still up is sent
         again on the same (stateless) connection; otherwise on the next session."""
         sup = self.supervisor
-        if broken and sup.session is session and sup.link is not None \
-                and not sup.link.closed.is_set():
-            return session
+        link = sup.link
+        if broken and sup.session is session and link is not None:
+            # A dying child fails its calls a moment before its link is marked closed.
+            with anyio.move_on_after(BROKEN_GRACE):
+                await link.closed.wait()
+            if not link.closed.is_set():
+                return session
         return await sup.reach(session, RENEW_WAIT)
 
     def _call_failed(

@@ -8,7 +8,9 @@ N chars), `grow` (adds a tool and sends tools/list_changed), `size` (takes an in
 lines), `grandchild` (spawns a sleeping grandchild and returns its pid), `env` (one variable
 of its environment), `picture` (an image block), `fail` (an isError result), `nag` (asks the
 user a question, again after each one not answered), `slow` (sleeps; writes down whether the
-client cancelled it with notifications/cancelled).
+client cancelled it with notifications/cancelled), `tally` / `peek` (read-only) / `settle`
+(idempotent): each appends a line to a file (the server's own count of executions) and, the
+first time for that file, exits mid-call after running, so the client's stream breaks.
 
 Environment knobs: FIXTURE_CRASH_AFTER=N exits on the N-th tool call; FIXTURE_BOOT=fail
 exits before answering initialize (after writing to stderr); FIXTURE_STDERR_AT_START=N
@@ -25,7 +27,7 @@ import time
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import ImageContent
+from mcp_types import ImageContent, ToolAnnotations
 from pydantic import BaseModel
 
 server = MCPServer("fixture", instructions="A fixture server for gantry's tests.")
@@ -201,6 +203,38 @@ async def slow(path: str, seconds: float = 30) -> str:
     with open(path, "a") as fh:
         fh.write("finished\n")
     return "slept"
+
+
+def _run_then_break(path: str) -> str:
+    """Count one execution in `path`; the first time for it, exit before answering."""
+    with open(path, "a") as fh:
+        fh.write("ran\n")
+    marker = path + ".broke"
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        sys.stderr.write("fixture: breaking the stream after running\n")
+        sys.stderr.flush()
+        os._exit(5)
+    with open(path) as fh:
+        return f"ran {sum(1 for _ in fh)} times"
+
+
+@server.tool()
+def tally(path: str) -> str:
+    """Count one execution (not idempotent); the first call breaks its stream."""
+    return _run_then_break(path)
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def peek(path: str) -> str:
+    """Count one execution (annotated read-only); the first call breaks its stream."""
+    return _run_then_break(path)
+
+
+@server.tool(annotations=ToolAnnotations(idempotent_hint=True))
+def settle(path: str) -> str:
+    """Count one execution (annotated idempotent); the first call breaks its stream."""
+    return _run_then_break(path)
 
 
 def main() -> None:
