@@ -66,14 +66,14 @@ async def test_sdk_server_over_stdio_speaks_2026_unless_pinned_to_2025() -> None
         assert server.protocol == MODERN
         assert server.session.initialize_result is None  # no handshake happened
         assert (await reg.call("fx__echo", '{"text": "new era"}')).text == "new era"
-        assert host.status_lines()[0].endswith(f"MCP {MODERN} (stateless)")
+        assert f"0 errors, MCP {MODERN} (stateless), 0 restarts" in host.status_lines()[0]
         assert server.instructions == "A fixture server for gantry's tests."
     async with running(pinned(python_fixture_toml(), "2025")) as (host, reg):
         server = host.servers["fx"]
         assert server.protocol == "2025-11-25"
         assert server.session.initialize_result is not None
         assert (await reg.call("fx__echo", '{"text": "old era"}')).text == "old era"
-        assert host.status_lines()[0].endswith("MCP 2025-11-25 (handshake)")
+        assert "0 errors, MCP 2025-11-25 (handshake), 0 restarts" in host.status_lines()[0]
 
 
 async def test_server_everything_falls_back_to_the_handshake_and_refuses_a_2026_pin() -> None:

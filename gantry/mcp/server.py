@@ -119,6 +119,8 @@ class Server:
         notes = self.catalog.notes()
         tools = f"{len(self.listed)} tools" + (f" ({', '.join(notes)})" if notes else "")
         calls, errors = self.caller.totals()
-        speaks = f", {era.describe(self.protocol)}" if self.protocol else ""
+        # The era before the restarts: /status's block ends with "restarts" (its readers wait
+        # for it).
+        speaks = f"{era.describe(self.protocol)}, " if self.protocol else ""
         return (f"{self.name}: {self.supervisor.described_state()}, {tools}, {calls} calls, "
-                f"{errors} errors, {self.restarts} restarts{speaks}")
+                f"{errors} errors, {speaks}{self.restarts} restarts")
