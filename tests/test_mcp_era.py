@@ -204,3 +204,19 @@ async def test_watch_push_path_rides_listen_at_2026(tmp_path: Path) -> None:
         assert not (tmp_path / "feed.jsonl.subscribes").exists()  # no resources/subscribe
         feed.write_text('{"id": 1}\n')
         await until(lambda: ("feed", "feed://items") in heard, what="the update via listen")
+
+
+async def test_a_timed_out_call_at_2026_is_probed_without_ping() -> None:
+    """2026 has no `ping` (the SDK server answers it HTTP 404): the hang probe after a
+    timeout asks server/discover, so a live server is neither restarted nor left with an
+    HTTP error as its last trouble (which "the call was not sent" messages would quote)."""
+    with fixture_http() as srv:
+        async with running(toml_remote("web", srv.url, timeout=1)) as (host, _reg):
+            server = host.servers["web"]
+            result = await host.call("web", "slow", {"steps": 1, "every": 4})
+            assert result.error and "did not answer within 1 s" in result.text
+            await until(lambda: not server._probe, what="the probe")
+            await anyio.sleep(1.0)
+            assert (server.state, server.restarts) == ("up", 0)
+            assert server.link is not None and "HTTP 404" not in server.link.tail()
+            assert (await host.call("web", "echo", {"text": "alive"})).text == "alive"

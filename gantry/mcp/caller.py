@@ -103,6 +103,8 @@ class Caller:
             stats = self.stats[tool] = ToolStats()
         sup = self.supervisor
         session = sup.session
+        if session is not None and sup.link is not None and sup.link.closed.is_set():
+            session = None  # its connection is gone: the supervisor is replacing it
         if sup.login is not None and sup.login.reason is not None:
             stats.record(0.0, error=True)
             return CallResult(sup.login_text(), error=True)
@@ -162,6 +164,7 @@ class Caller:
                                 if not era.broke(session, exc):
                                     raise
                                 if attempt or not self._reissue(tool):
+                                    await self._settle_link(session)
                                     raise Broken(era.TWICE if attempt else era.UNSAFE) from None
                                 broken = True
                     if attempt:
@@ -190,12 +193,19 @@ class Caller:
         sup = self.supervisor
         link = sup.link
         if broken and sup.session is session and link is not None:
-            # A dying child fails its calls a moment before its link is marked closed.
-            with anyio.move_on_after(BROKEN_GRACE):
-                await link.closed.wait()
+            await self._settle_link(session)
             if not link.closed.is_set():
                 return session
         return await sup.reach(session, RENEW_WAIT)
+
+    async def _settle_link(self, session: Any) -> None:
+        """After a broken call, wait (briefly) to learn whether its connection is gone: a
+        dying child fails its calls a moment before its link is marked closed, and the next
+        call must not be sent on it."""
+        link = self.supervisor.link
+        if link is not None and self.supervisor.session is session:
+            with anyio.move_on_after(BROKEN_GRACE):
+                await link.closed.wait()
 
     def _call_failed(
         self, tool: str, stats: ToolStats, started: float, number: int, exc: Exception

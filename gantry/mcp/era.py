@@ -47,6 +47,15 @@ async def negotiate(session: Any, spec: ServerSpec) -> None:
     await negotiate_auto(session)
 
 
+async def probe(session: Any) -> None:
+    """Is the server alive? `ping` at 2025; 2026 has no ping, and a stateless
+    server/discover is as cheap."""
+    if modern(session):
+        await session.send_discover(session.protocol_version)
+    else:
+        await session.send_ping()
+
+
 def modern(session: Any) -> bool:
     """Whether `session` speaks a 2026-era (stateless) revision."""
     from mcp_types.version import MODERN_PROTOCOL_VERSIONS

@@ -22,7 +22,7 @@ from gantry.mcp.auth import AuthHook
 from gantry.mcp.breaker import Breaker
 from gantry.mcp.catalog import Catalog
 from gantry.mcp.elicitation import Asking
-from gantry.mcp.era import negotiate
+from gantry.mcp.era import negotiate, probe
 from gantry.mcp.link import Link
 from gantry.mcp.listen import Listener
 from gantry.mcp.manifest import ServerSpec
@@ -314,7 +314,7 @@ class Supervisor:
                 self._probe = False
                 with anyio.move_on_after(PING_TIMEOUT) as scope:
                     try:
-                        await session.send_ping()
+                        await probe(session)
                     except Exception:
                         scope.cancel()
                 if scope.cancelled_caught:
