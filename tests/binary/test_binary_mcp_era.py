@@ -15,28 +15,19 @@ from typing import Any
 import pytest
 
 from tests.binary.rootfs import INSTALL_PATH, Sandbox
+from tests.binary.test_binary_mcp_remote import _etc, _Run
 from tests.fakes.mcp_remote import HttpServer, fixture_http, toml_remote
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
-from tests.procs import ChildIO
 
 pytestmark = [pytest.mark.binary, pytest.mark.slow]
 
 KEY = "sk-binary-era"
-WAIT = 90.0
 
 
 @pytest.fixture(scope="module")
 def web() -> Iterator[HttpServer]:
     with fixture_http() as srv:
         yield srv
-
-
-def _etc(tmp: Path, manifest: str) -> dict[str, Path]:
-    tmp.mkdir(parents=True, exist_ok=True)
-    (tmp / "mcp.toml").write_text(manifest)
-    (tmp / "mcp.toml").chmod(0o644)
-    tmp.chmod(0o755)
-    return {"/etc/gantry": tmp}
 
 
 @pytest.mark.parametrize(("protocol", "shown"), [
@@ -53,10 +44,6 @@ def test_tools_list_says_which_era_the_server_speaks(
     assert done.returncode == 0, done.stderr
     assert shown in done.stdout.splitlines()
     assert "web__echo" in done.stdout
-
-
-class _Run(ChildIO):
-    default_wait = WAIT
 
 
 def test_run_reissues_a_cut_readonly_call_and_reports_the_other_broken(
