@@ -204,6 +204,17 @@ async def test_watch_push_path_rides_listen_at_2026(tmp_path: Path) -> None:
         assert not (tmp_path / "feed.jsonl.subscribes").exists()  # no resources/subscribe
         feed.write_text('{"id": 1}\n')
         await until(lambda: ("feed", "feed://items") in heard, what="the update via listen")
+        # The server dies: the new session's listen stream names the URI again, and the
+        # resource is read again once (no replay of what changed meanwhile).
+        heard.clear()
+        first = server.session
+        server.link.process.kill()
+        await until(lambda: server.session not in (None, first), what="the restart")
+        await until(lambda: heard == [("feed", "feed://items")], what="the re-read")
+        await until(lambda: server.supervisor.listener.open, what="the new listen stream")
+        heard.clear()
+        feed.write_text('{"id": 1}\n{"id": 2}\n')
+        await until(lambda: ("feed", "feed://items") in heard, what="an update after it")
 
 
 async def test_a_timed_out_call_at_2026_is_probed_without_ping() -> None:
