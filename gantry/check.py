@@ -370,7 +370,10 @@ async def _probe_server(spec: Any, environ: Mapping[str, str], db_path: Any = No
         return _fail(name, failed.replace("\n", " | "), hint, ms)
     what = "connected, {} tools, disconnected again" if spec.remote else \
         "started, {} tools, stopped again"
-    return _ok(name, what.format(tools), ms)
+    from gantry.mcp.era import describe as era
+
+    speaks = era(host.servers[spec.name].protocol)
+    return _ok(name, what.format(tools) + (f"; speaks {speaks}" if speaks else ""), ms)
 
 
 # ---------------------------------------------------------------------------- driver

@@ -278,7 +278,7 @@ def test_mcp_servers_are_started_listed_and_stopped(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "2 server(s)" in _line(result.stdout, "mcp manifest")
     ok = _line(result.stdout, "mcp fx")
-    assert ok.startswith("ok") and "tools, stopped again" in ok
+    assert ok.startswith("ok") and "tools, stopped again; speaks MCP 2026-07-28 (stateless)" in ok
     bad = _line(result.stdout, "mcp broken")
     assert bad.startswith("FAIL") and "broken" in bad
 

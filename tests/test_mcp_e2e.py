@@ -218,7 +218,8 @@ def test_tools_list_is_what_the_model_is_offered(
     assert listing.returncode == 0, listing.stderr
     lines = listing.stdout.splitlines()
     summary = lines[-1]
-    rows = [line for line in lines[:-1] if not line.startswith("not offered: ")]
+    rows = [line for line in lines[:-1] if not line.startswith(("not offered: ", "MCP server "))]
+    assert "MCP server every speaks MCP 2025-11-25 (handshake)" in lines  # its era
     listed = [line.split()[0] for line in rows]
     # Issue 42 #4: a task-only tool is offered now (gantry calls it as a task).
     assert "every__simulate-research-query" in listed

@@ -86,7 +86,7 @@ def test_a_manifest_cannot_set_what_was_expanded() -> None:
     assert found == ["server 's': unknown key 'expanded'; allowed: name, command, args, env, "
                      "cwd, url, transport, headers, allow_http, required, timeout_seconds, "
                      "resources, auth, client_id, client_secret, scopes, redirect_uri, "
-                     "oauth_client_metadata_url"]
+                     "oauth_client_metadata_url, protocol"]
 
 
 def test_an_expanded_command_not_found_is_not_quoted() -> None:

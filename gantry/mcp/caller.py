@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 
-from gantry.mcp import convert, wire
+from gantry.mcp import convert, era, wire
 from gantry.mcp.child import INVALID_MESSAGE
 from gantry.mcp.convert import CallResult
 from gantry.mcp.deadline import MAX_CALL_SECONDS, Deadline
@@ -32,10 +32,20 @@ PROGRESS_CAP_FACTOR = 10
 CAPPED = "capped"  # the MCPError message of a call cut at call_cap() after progress
 ASKED = "asked"  # … of one cut at its cap (or MAX_CALL_SECONDS) after asking the user
 RENEW_WAIT = 30.0  # how long a call whose request never arrived waits for the new session
+BROKEN_GRACE = 0.5  # a broken 2026 call waits this long to learn whether its link is gone
 
 
 class NotSent(Exception):
     """A call that provably never reached its remote server, which cannot be reached now."""
+
+
+class Broken(Exception):
+    """A 2026-era call whose stream broke after it may have reached the server, not sent
+    again (gantry/mcp/era.py: it is not safe to, or the one re-issue broke too)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why  # era.UNSAFE, era.TWICE or era.GONE
 
 
 def call_cap(timeout: float) -> float:
@@ -98,6 +108,8 @@ class Caller:
             stats = self.stats[tool] = ToolStats()
         sup = self.supervisor
         session = sup.session
+        if session is not None and sup.link is not None and sup.link.closed.is_set():
+            session = None  # its connection is gone: the supervisor is replacing it
         if sup.login is not None and sup.login.reason is not None:
             stats.record(0.0, error=True)
             return CallResult(sup.login_text(), error=True)
@@ -150,26 +162,60 @@ class Caller:
                 deadline.alive()
 
             with self.asking.running(deadline):
+                broken = False
                 for attempt in range(2):
                     with delivery() as ticket:
                         try:
                             # Ours is the timeout (the SDK's knows neither progress nor holds).
                             return await session.call_tool(tool, args, math.inf,
                                                            progress_callback=progress)
-                        except Exception:
+                        except Exception as exc:
                             if not ticket.undelivered:
-                                raise
+                                if not era.broke(session, exc):
+                                    raise
+                                if attempt or not self._reissue(tool):
+                                    await self._settle_link(session)
+                                    raise Broken(era.TWICE if attempt else era.UNSAFE) from None
+                                broken = True
                     if attempt:
                         break
-                    session = await self.supervisor.reach(session, RENEW_WAIT)
+                    session = await self._next_session(session, broken)
                     if session is None:
                         break
-                    log.info("mcp call sent again: it never reached the server",
-                             extra={"server": self.name, "tool": tool})
+                    log.info("mcp call sent again: " + ("its stream broke, and the tool is "
+                             "read-only or idempotent" if broken else "it never reached the "
+                             "server"), extra={"server": self.name, "tool": tool})
+        if broken and session is None:
+            raise Broken(era.GONE)
         if ticket.undelivered:  # (also when the deadline ran out while it waited to be sent)
             raise NotSent
         why = (ASKED if deadline.questions else CAPPED) if deadline.capped else "timed out"
         raise MCPError(code=REQUEST_TIMEOUT, message=why)
+
+    def _reissue(self, tool: str) -> bool:
+        """Whether the listed `tool` is annotated read-only or idempotent."""
+        return any(lt.reissue for lt in self.supervisor.catalog.listed.values()
+                   if lt.name == tool)
+
+    async def _next_session(self, session: Any, broken: bool) -> Any:
+        """Where to send a call again: a 2026 stream that broke on a link still up is sent
+        again on the same (stateless) connection; otherwise on the next session."""
+        sup = self.supervisor
+        link = sup.link
+        if broken and sup.session is session and link is not None:
+            await self._settle_link(session)
+            if not link.closed.is_set():
+                return session
+        return await sup.reach(session, RENEW_WAIT)
+
+    async def _settle_link(self, session: Any) -> None:
+        """After a broken call, wait (briefly) to learn whether its connection is gone: a
+        dying child fails its calls a moment before its link is marked closed, and the next
+        call must not be sent on it."""
+        link = self.supervisor.link
+        if link is not None and self.supervisor.session is session:
+            with anyio.move_on_after(BROKEN_GRACE):
+                await link.closed.wait()
 
     def _call_failed(
         self, tool: str, stats: ToolStats, started: float, number: int, exc: Exception
@@ -182,6 +228,12 @@ class Caller:
         if isinstance(exc, NotSent):  # it never left: not the server's failure, nor a timeout
             stats.record(elapsed, error=True)
             return CallResult(sup.unreached(), error=True)
+        if isinstance(exc, Broken):
+            stats.record(elapsed, error=True)
+            sup.charge(number)
+            if self.spec.remote:
+                sup.suspect()
+            return CallResult(era.broken_text(self.name, tool, exc.why), error=True)
         if isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT:
             stats.record(elapsed, timeout=True)
             sup.charge(number)

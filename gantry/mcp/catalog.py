@@ -10,6 +10,7 @@ from typing import Any
 
 from gantry.mcp import convert
 from gantry.mcp.convert import CallResult
+from gantry.mcp.era import reissue_safe
 from gantry.mcp.validate import ArgsValidator, compile_schema
 from gantry.tools import Registry, Tool, ToolError, mcp_source
 
@@ -38,6 +39,7 @@ class ListedTool:
     needs_task: bool = False
     structured: bool = False  # it declares an output schema: its items are structuredContent
     task: str = "forbidden"
+    reissue: bool = False  # annotated read-only or idempotent: a broken call may be sent again
 
 
 def needs_task(tool: Any) -> bool:
@@ -82,6 +84,7 @@ class Catalog:
                 compile_schema(schema, names[t.name]), needs_task(t),
                 structured=getattr(t, "output_schema", None) is not None,
                 task=task_support(t),
+                reissue=reissue_safe(t),
             )
         self.listed = listed
         self._register()

@@ -29,6 +29,8 @@ MAX_TIMEOUT = 3600.0
 STREAMABLE_HTTP = "streamable-http"
 SSE = "sse"
 TRANSPORTS = (STREAMABLE_HTTP, SSE)
+# `protocol`: probe for the 2026-07-28 revision and fall back, or pin one era.
+PROTOCOLS = ("auto", "2026", "2025")
 # RFC 9110 token: what a header field name may be.
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # Headers the SDK's transports set themselves; a manifest value would break the session.
@@ -64,6 +66,8 @@ class ServerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     # The built-in resource_list / resource_read tools read this server's resources
     # (gantry/mcp/resource_tool.py); `resources = false` keeps them off it.
     resources: bool = True
+    # Which MCP protocol era to speak (gantry/mcp/era.py): "auto" probes server/discover.
+    protocol: str = "auto"
     # OAuth for a remote server (gantry/mcp/oauth.py, docs/mcp.md "OAuth").
     auth: str | None = None
     client_id: str | None = None
@@ -213,7 +217,7 @@ def _decode_error(where: str, exc: msgspec.ValidationError) -> str:
 
 ALLOWED = ("name", "command", "args", "env", "cwd", "url", "transport", "headers", "allow_http",
            "required", "timeout_seconds", "resources", "auth", "client_id", "client_secret",
-           "scopes", "redirect_uri", "oauth_client_metadata_url")
+           "scopes", "redirect_uri", "oauth_client_metadata_url", "protocol")
 
 
 def _unknown_key(where: str, key: str) -> str:
@@ -289,6 +293,12 @@ def _check(spec: ServerSpec, raw: dict[str, Any], where: str,
         problems.append(f"{where}: name must match [A-Za-z0-9][A-Za-z0-9_-]*")
     if not 0 < spec.timeout_seconds <= MAX_TIMEOUT:
         problems.append(f"{where}: timeout_seconds must be between 0 and {MAX_TIMEOUT:g}")
+    if spec.protocol not in PROTOCOLS:
+        problems.append(f"{where}: protocol must be one of {', '.join(map(repr, PROTOCOLS))} "
+                        f"(got {spec.protocol!r})")
+    elif spec.protocol == "2026" and spec.url is not None and spec.transport == SSE:
+        problems.append(f"{where}: protocol = \"2026\" needs transport = \"streamable-http\" "
+                        "(the 2026-07-28 revision has no legacy SSE transport)")
     if spec.url is not None and spec.command is not None:
         problems.append(f"{where}: url and command cannot both be set: command starts a "
                         "child over stdio, url reaches a remote server")

@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
-from gantry.mcp import convert
+from gantry.mcp import convert, era
 from gantry.mcp.auth import AuthHook
 from gantry.mcp.breaker import Breaker
 from gantry.mcp.caller import Caller
@@ -107,6 +107,11 @@ class Server:
         return self.supervisor.instructions
 
     @property
+    def protocol(self) -> str:
+        """The MCP protocol version its last session spoke ("" before one came up)."""
+        return self.supervisor.protocol
+
+    @property
     def listed(self) -> dict[str, ListedTool]:
         return self.catalog.listed
 
@@ -123,5 +128,8 @@ class Server:
         notes = self.catalog.notes()
         tools = f"{len(self.listed)} tools" + (f" ({', '.join(notes)})" if notes else "")
         calls, errors = self.caller.totals()
+        # The era before the restarts: /status's block ends with "restarts" (its readers wait
+        # for it).
+        speaks = f"{era.describe(self.protocol)}, " if self.protocol else ""
         return (f"{self.name}: {self.supervisor.described_state()}, {tools}, {calls} calls, "
-                f"{errors} errors, {self.restarts} restarts")
+                f"{errors} errors, {speaks}{self.restarts} restarts")

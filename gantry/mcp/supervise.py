@@ -22,7 +22,9 @@ from gantry.mcp.auth import AuthHook
 from gantry.mcp.breaker import Breaker
 from gantry.mcp.catalog import Catalog
 from gantry.mcp.elicitation import Asking
+from gantry.mcp.era import negotiate, probe
 from gantry.mcp.link import Link
+from gantry.mcp.listen import Listener
 from gantry.mcp.manifest import ServerSpec
 from gantry.mcp.resources import Subscriptions
 from gantry.mcp.trouble import ServerStartError, besides, cause, describe, redacted
@@ -96,6 +98,8 @@ class Supervisor:
         self.environ = environ
         self.catalog = catalog  # listed at every start, and again on tools/list_changed
         self.watches = watches  # subscribed again at every start
+        self.listener = Listener(spec.name, watches, self._tools_changed)  # 2026 sessions
+        self.protocol = ""  # the protocol version the last session spoke (era.py)
         self.asking = asking  # the elicitation callback each session gets
         self.listings = tuple(listings)  # prompts and resources, listed at every start
         self.capabilities: Any = None  # the server's, from its last initialize
@@ -169,7 +173,8 @@ class Supervisor:
                                      extra={"server": self.name,
                                             "tools": len(self.catalog.listed)})
                         ever_up = True
-                        await self._serve(session, link)
+                        async with self.listener.running(session):
+                            await self._serve(session, link)
                         reason = link.reason
                         renew = link.renew
                         self.session = None
@@ -279,8 +284,8 @@ class Supervisor:
         step = "initialize"
         try:
             with anyio.fail_after(INIT_TIMEOUT):
-                result = await session.initialize()
-            self.capabilities = result.capabilities
+                await negotiate(session, self.spec)
+            self.capabilities = session.server_capabilities
             await self._list_all(session, range(len(self.listings)))
             with anyio.fail_after(INIT_TIMEOUT):
                 step = "tools/list"
@@ -296,8 +301,9 @@ class Supervisor:
             else:
                 why = describe(exc)
             raise ServerStartError(self._start_message(why, link.tail())) from None
-        self.instructions = result.instructions or ""
-        resources = getattr(result.capabilities, "resources", None)
+        self.protocol = session.protocol_version or ""
+        self.instructions = session.instructions or ""
+        resources = getattr(session.server_capabilities, "resources", None)
         self.watches.can_subscribe = bool(getattr(resources, "subscribe", False))
 
     async def _serve(self, session: Any, link: Link) -> None:
@@ -335,7 +341,7 @@ class Supervisor:
                 self._probe = False
                 with anyio.move_on_after(PING_TIMEOUT) as scope:
                     try:
-                        await session.send_ping()
+                        await probe(session)
                     except Exception:
                         scope.cancel()
                 if scope.cancelled_caught:
@@ -349,8 +355,7 @@ class Supervisor:
         from mcp_types import ResourceUpdatedNotification, ToolListChangedNotification
 
         if isinstance(message, ToolListChangedNotification):
-            self._refresh = True
-            self._wake.set()
+            self._tools_changed()
         elif isinstance(message, ResourceUpdatedNotification):
             self.watches.updated(str(message.params.uri))
         elif any(listing.changed(message) for listing in self.listings):
@@ -372,6 +377,11 @@ class Supervisor:
             except Exception as exc:
                 log.warning(f"mcp {listing.what} list failed; the last list is kept",
                             extra={"server": self.name, "error": describe(exc)[:200]})
+
+    def _tools_changed(self) -> None:
+        """tools/list_changed (a notification, or an event on a 2026 listen stream)."""
+        self._refresh = True
+        self._wake.set()
 
     # ------------------------------------------------------------------ for the call path
 
