@@ -4,7 +4,6 @@ questions), calls that never reached a remote server, and what each failure tell
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -12,7 +11,7 @@ from typing import Any
 
 import anyio
 
-from gantry.mcp import convert, wire
+from gantry.mcp import convert, mrtr, wire
 from gantry.mcp.child import INVALID_MESSAGE
 from gantry.mcp.convert import CallResult
 from gantry.mcp.deadline import MAX_CALL_SECONDS, Deadline
@@ -143,9 +142,10 @@ class Caller:
                 for attempt in range(2):
                     with delivery() as ticket:
                         try:
-                            # Ours is the timeout (the SDK's knows neither progress nor holds).
-                            return await session.call_tool(tool, args, math.inf,
-                                                           progress_callback=progress)
+                            # Ours is the timeout (the SDK's knows neither progress nor holds);
+                            # a 2026 server's input_required rounds are relayed (mrtr.py).
+                            return await mrtr.call_tool(session, tool, args, progress,
+                                                        self.asking, deadline)
                         except Exception:
                             if not ticket.undelivered:
                                 raise

@@ -60,6 +60,9 @@ class ServerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     allow_http: bool = False
     required: bool = True
     timeout_seconds: float = DEFAULT_TIMEOUT
+    # The MCP era spoken: "2025" (the initialize handshake) or "2026" (server/discover,
+    # stateless; a call may answer input_required, gantry/mcp/mrtr.py).
+    protocol: str = "2025"
     # OAuth for a remote server (gantry/mcp/oauth.py, docs/mcp.md "OAuth").
     auth: str | None = None
     client_id: str | None = None
@@ -200,9 +203,11 @@ def _decode_error(where: str, exc: msgspec.ValidationError) -> str:
     return f"{where}: {key or 'value'}: {msg}"
 
 
+PROTOCOLS = ("2025", "2026")  # the `protocol` key's values
+
 ALLOWED = ("name", "command", "args", "env", "cwd", "url", "transport", "headers", "allow_http",
            "required", "timeout_seconds", "auth", "client_id", "client_secret", "scopes",
-           "redirect_uri")
+           "redirect_uri", "protocol")
 
 
 def _unknown_key(where: str, key: str) -> str:
@@ -278,6 +283,8 @@ def _check(spec: ServerSpec, raw: dict[str, Any], where: str,
         problems.append(f"{where}: name must match [A-Za-z0-9][A-Za-z0-9_-]*")
     if not 0 < spec.timeout_seconds <= MAX_TIMEOUT:
         problems.append(f"{where}: timeout_seconds must be between 0 and {MAX_TIMEOUT:g}")
+    if spec.protocol not in PROTOCOLS:
+        problems.append(f"{where}: protocol must be one of {', '.join(PROTOCOLS)}")
     if spec.url is not None and spec.command is not None:
         problems.append(f"{where}: url and command cannot both be set: command starts a "
                         "child over stdio, url reaches a remote server")

@@ -24,6 +24,7 @@ from gantry.mcp.catalog import Catalog
 from gantry.mcp.elicitation import Asking
 from gantry.mcp.link import Link
 from gantry.mcp.manifest import ServerSpec
+from gantry.mcp.mrtr import greet
 from gantry.mcp.resources import Subscriptions
 from gantry.mcp.trouble import ServerStartError, besides, cause, describe, redacted
 
@@ -255,10 +256,10 @@ class Supervisor:
     async def _initialize(self, session: Any, link: Link) -> None:
         """initialize + tools/list; a child that dies meanwhile fails it at once (its stdout
         closes, and the SDK fails the pending request)."""
-        step = "initialize"
+        step = "server/discover" if self.spec.protocol == "2026" else "initialize"
         try:
             with anyio.fail_after(INIT_TIMEOUT):
-                result = await session.initialize()
+                result = await greet(session, self.spec.protocol)
                 step = "tools/list"
                 await self.catalog.list_tools(session)
         except Exception as exc:
