@@ -85,7 +85,7 @@ def test_a_manifest_cannot_set_what_was_expanded() -> None:
     found = problems(f'[[server]]\nname = "s"\ncommand = "{PY}"\nexpanded = []\n')
     assert found == ["server 's': unknown key 'expanded'; allowed: name, command, args, env, "
                      "cwd, url, transport, headers, allow_http, required, timeout_seconds, auth, "
-                     "client_id, client_secret, scopes, redirect_uri"]
+                     "client_id, client_secret, scopes, redirect_uri, protocol"]
 
 
 def test_an_expanded_command_not_found_is_not_quoted() -> None:

@@ -39,7 +39,8 @@ def _leg(tool: str, ctx: Context | None) -> None:
     if not path:
         return
     responses = ctx.input_responses if ctx is not None else None
-    carried = {k: v.model_dump(mode="json", exclude_none=True) for k, v in (responses or {}).items()}
+    carried = {k: v.model_dump(mode="json", exclude_none=True)
+               for k, v in (responses or {}).items()}
     with open(path, "a") as fh:
         fh.write(json.dumps({"tool": tool, "era": ctx.protocol_version if ctx else None,
                              "responses": carried}) + "\n")
