@@ -22,10 +22,10 @@ from gantry.mcp import mrtr
 from gantry.mcp.elicitation import MAX_QUESTIONS, Elicitor
 from gantry.mcp.host import Host
 from gantry.mcp.manifest import ManifestError, parse
-from gantry.tools import Registry
 from tests.fakes.mcp_servers import ROOT, toml_server
 from tests.test_elicit_host import ME, Script
-from tests.test_mcp_host import BASE_ENV, BOOT
+from tests.test_elicit_host import served as hosted
+from tests.test_mcp_host import BASE_ENV
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -51,14 +51,8 @@ async def served(text: str, dialog: Script | None, *,
     elicitor = Elicitor(timeout=question_timeout)
     if dialog is not None:
         elicitor.dialogs["stdio"] = dialog
-    host = Host(parse(text, BASE_ENV), Registry(), BASE_ENV, elicitor=elicitor)
-    async with anyio.create_task_group() as tg:
-        with anyio.fail_after(BOOT):
-            await host.start(tg)
-        try:
-            yield host
-        finally:
-            tg.cancel_scope.cancel()
+    async with hosted(text, elicitor) as host:
+        yield host
 
 
 async def call(host: Host, tool: str, args: dict[str, Any], who: Caller | None = ME) -> Any:

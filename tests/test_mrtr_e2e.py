@@ -41,7 +41,7 @@ def test_telegram_answers_reach_the_retried_call_and_its_result_the_model(
     g = run(MCP_MANIFEST=manifest(tmp_path, legs), ELICITATION_TIMEOUT_SECONDS="30")
     chat = Chat(tg)
     tg.push_text(USER, "book us a table")
-    text = chat.next("MCP server 'mr' asks:\nHow many people, and where?", timeout=STARTUP)
+    chat.next("MCP server 'mr' asks:\nHow many people, and where?", timeout=STARTUP)
     tg.press(USER, USER, "Answer")
     chat.type("(1/2) Size", "four")
     chat.type("A whole number, please.\n(1/2) Size", "4")
@@ -57,22 +57,16 @@ def test_telegram_answers_reach_the_retried_call_and_its_result_the_model(
     assert not tg.buttons(USER)  # answered questions lose their buttons
     assert not any("terrace" in t for t in user_texts(llm))  # answers go to the server only
 
-    # URL mode: the https link, Accept, and the call retried with the consent.
-    llm.push(ToolCalls([Call("mr__link", {}, id="l1")]), Reply("link done"))
-    tg.push_text(USER, "link my account")
-    text = chat.next("MCP server 'mr' asks you to open this link:")
-    assert "https://example.com/sign-in?session=abc" in text
-    tg.press(USER, USER, "Accept")
-    chat.next("Sent.")
-    chat.next("link done")
-    assert "account linked" in tool_results(llm)[-1]
-
-    # Declined: the server hears it on the retry, and says so to the model.
-    llm.push(ToolCalls([Call("mr__link", {}, id="l2")]), Reply("decline done"))
-    tg.push_text(USER, "link it again")
-    chat.press("asks you to open this link", "Decline")
-    chat.next("Declined.")
-    chat.next("decline done")
-    assert "not linked: decline" in tool_results(llm)[-1]
+    # URL mode: the https link, Accept (or Decline), and the call retried with the choice.
+    for n, (choice, said, result) in enumerate([("Accept", "Sent.", "account linked"),
+                                                ("Decline", "Declined.", "not linked: decline")]):
+        llm.push(ToolCalls([Call("mr__link", {}, id=f"l{n}")]), Reply(f"link {n} done"))
+        tg.push_text(USER, f"link my account ({n})")
+        text = chat.next("MCP server 'mr' asks you to open this link:")
+        assert "https://example.com/sign-in?session=abc" in text
+        tg.press(USER, USER, choice)
+        chat.next(said)
+        chat.next(f"link {n} done")
+        assert result in tool_results(llm)[-1]
     assert g.stop() == 0
     no_secrets(g)
