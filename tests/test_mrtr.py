@@ -204,3 +204,37 @@ def test_the_protocol_key_takes_2025_or_2026() -> None:
     assert parse(base + 'protocol = "2026"\n', BASE_ENV)[0].protocol == "2026"
     with pytest.raises(ManifestError, match="protocol must be one of 2025, 2026"):
         parse(base + 'protocol = "2024"\n', BASE_ENV)
+
+
+async def test_two_chats_calls_at_once_each_ask_their_own_person(tmp_path: Path) -> None:
+    """On 2025 a question during two chats' calls is declined (it names no call); a 2026
+    input request comes inside its call's answer, so each call's own person is asked."""
+    other = Caller("stdio", "other", "them")
+
+    class Both(Script):
+        def __init__(self) -> None:
+            super().__init__(lambda q: elicit.ACCEPT)
+            self.callers: list[Caller] = []
+            self.both = anyio.Event()
+
+        async def ask(self, caller: Caller, question: Question) -> str:
+            self.callers.append(caller)
+            if len(self.callers) == 2:
+                self.both.set()
+            with anyio.fail_after(30):
+                await self.both.wait()  # both calls are in flight, both asked
+            return elicit.ACCEPT if caller == ME else elicit.DECLINE
+
+    dialog = Both()
+    results: dict[str, Any] = {}
+    async with served(manifest("2026", tmp_path / "legs"), dialog) as host:
+
+        async def one(who: Caller) -> None:
+            results[who.chat_id] = await call(host, "link", {}, who=who)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one, ME)
+            tg.start_soon(one, other)
+    assert sorted(c.chat_id for c in dialog.callers) == ["local", "other"]
+    assert results["local"].text == "account linked"
+    assert results["other"].text == "not linked: decline"
