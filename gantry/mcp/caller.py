@@ -4,7 +4,6 @@ questions), calls that never reached a remote server, and what each failure tell
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -13,7 +12,7 @@ from typing import Any
 
 import anyio
 
-from gantry.mcp import convert, era, wire
+from gantry.mcp import convert, era, mrtr, wire
 from gantry.mcp.child import INVALID_MESSAGE
 from gantry.mcp.convert import CallResult
 from gantry.mcp.deadline import MAX_CALL_SECONDS, Deadline
@@ -166,9 +165,10 @@ class Caller:
                 for attempt in range(2):
                     with delivery() as ticket:
                         try:
-                            # Ours is the timeout (the SDK's knows neither progress nor holds).
-                            return await session.call_tool(tool, args, math.inf,
-                                                           progress_callback=progress)
+                            # Ours is the timeout (the SDK's knows neither progress nor holds);
+                            # a 2026 server's input_required rounds are relayed (mrtr.py).
+                            return await mrtr.call_tool(session, tool, args, progress,
+                                                        self.asking, deadline)
                         except Exception as exc:
                             if not ticket.undelivered:
                                 if not era.broke(session, exc):
