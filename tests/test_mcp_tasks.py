@@ -24,8 +24,10 @@ pytestmark = pytest.mark.anyio
 
 
 def tasks_toml(name: str = "tk", timeout: float | None = None) -> str:
+    """The task fixture, pinned to the 2025-11-25 era: its tasks are that revision's."""
     return toml_server(name, [sys.executable, "-m", "tests.fakes.mcp_tasks"], cwd=str(ROOT),
-                       timeout=timeout)
+                       timeout=timeout) + 'protocol = "2025"\n'
+
 
 
 def lines(path: Path) -> int:
@@ -62,7 +64,7 @@ def http_server() -> Iterator[str]:
 
 def http_toml(url: str, timeout: float | None = None) -> str:
     extra = f"timeout_seconds = {timeout}\n" if timeout is not None else ""
-    return f'[[server]]\nname = "tk"\nurl = "{url}"\n{extra}'
+    return f'[[server]]\nname = "tk"\nurl = "{url}"\nprotocol = "2025"\n{extra}'
 
 
 @pytest.fixture

@@ -114,7 +114,7 @@ async def test_input_required_is_asked_and_the_call_retried_with_the_answers(
 
 async def test_the_2025_path_asks_by_elicitation_create_as_before(tmp_path: Path) -> None:
     path = tmp_path / "legs"
-    async with served(manifest(None, path), Script(table)) as host:
+    async with served(manifest("2025", path), Script(table)) as host:
         assert host.servers["mr"].session.protocol_version == "2025-11-25"
         result = await call(host, "book", {"day": "friday"})
     assert result.text == "booked a table for 4, terrace, on friday", result.text

@@ -32,10 +32,12 @@ class Listener:
     """One server's listen stream, across its sessions (only 2026-era ones listen)."""
 
     def __init__(self, name: str, watches: Subscriptions,
-                 tools_changed: Callable[[], None]) -> None:
+                 tools_changed: Callable[[], None],
+                 lists_changed: Callable[[str], None] = lambda what: None) -> None:
         self.name = name
         self.watches = watches
         self.tools_changed = tools_changed  # the supervisor re-lists its tools
+        self.lists_changed = lists_changed  # … or its "prompts" / "resources"
         self._again = anyio.Event()  # set: re-open with the current filter
         self._acked = anyio.Event()  # set as a (re-)opened stream is acknowledged, or fails
         self._error = ""  # why the last open failed ("" if it was acknowledged)
@@ -70,12 +72,16 @@ class Listener:
         if self._error:
             raise RuntimeError(self._error)
 
-    def _wanted(self, session: Any) -> tuple[bool, list[str]]:
-        """(tools/list_changed, resource URIs) the server can push, of what gantry wants."""
+    def _wanted(self, session: Any) -> tuple[bool, bool, bool, list[str]]:
+        """(tools, prompts and resources list_changed, resource URIs) the server can push,
+        of what gantry wants."""
         caps = session.server_capabilities
-        tools = bool(getattr(getattr(caps, "tools", None), "list_changed", False))
+
+        def pushes(kind: str) -> bool:
+            return bool(getattr(getattr(caps, kind, None), "list_changed", False))
+
         uris = sorted(self.watches.uris) if self.watches.can_subscribe else []
-        return tools, uris
+        return pushes("tools"), pushes("prompts"), pushes("resources"), uris
 
     def _settled(self, error: str) -> None:
         self._error = error
@@ -87,13 +93,15 @@ class Listener:
         failures = 0
         while True:
             self._again = again = anyio.Event()
-            tools, uris = self._wanted(session)
-            if not tools and not uris:
+            tools, prompts, resources, uris = self._wanted(session)
+            if not (tools or prompts or resources or uris):
                 self._settled("")
                 await again.wait()
                 continue
             try:
                 async with listen(session, tools_list_changed=tools,
+                                  prompts_list_changed=prompts,
+                                  resources_list_changed=resources,
                                   resource_subscriptions=uris) as stream:
                     self.open = True
                     self._settled("")
@@ -121,7 +129,12 @@ class Listener:
 
     async def _consume(self, stream: Any, again: anyio.Event) -> None:
         """Deliver the stream's events until it ends or `again` asks for a new filter."""
-        from mcp.client.subscriptions import ResourceUpdated, ToolsListChanged
+        from mcp.client.subscriptions import (
+            PromptsListChanged,
+            ResourcesListChanged,
+            ResourceUpdated,
+            ToolsListChanged,
+        )
 
         async with anyio.create_task_group() as tg:
 
@@ -135,9 +148,15 @@ class Listener:
                     self.tools_changed()
                 elif isinstance(event, ResourceUpdated):
                     self.watches.updated(str(event.uri))
+                elif isinstance(event, PromptsListChanged):
+                    self.lists_changed("prompts")
+                elif isinstance(event, ResourcesListChanged):
+                    self.lists_changed("resources")
             tg.cancel_scope.cancel()
 
     def _refetch(self) -> None:
         self.tools_changed()
+        self.lists_changed("prompts")
+        self.lists_changed("resources")
         for uri in sorted(self.watches.uris):
             self.watches.updated(uri)

@@ -98,7 +98,8 @@ class Supervisor:
         self.environ = environ
         self.catalog = catalog  # listed at every start, and again on tools/list_changed
         self.watches = watches  # subscribed again at every start
-        self.listener = Listener(spec.name, watches, self._tools_changed)  # 2026 sessions
+        # 2026 sessions: list changes come on a listen stream
+        self.listener = Listener(spec.name, watches, self._tools_changed, self._lists_changed)
         self.protocol = ""  # the protocol version the last session spoke (era.py)
         self.asking = asking  # the elicitation callback each session gets
         self.listings = tuple(listings)  # prompts and resources, listed at every start
@@ -377,6 +378,11 @@ class Supervisor:
             except Exception as exc:
                 log.warning(f"mcp {listing.what} list failed; the last list is kept",
                             extra={"server": self.name, "error": describe(exc)[:200]})
+
+    def _lists_changed(self, what: str) -> None:
+        """prompts or resources list_changed on a 2026 listen stream: that listing re-read."""
+        self._stale.update(i for i, listing in enumerate(self.listings) if listing.what == what)
+        self._wake.set()
 
     def _tools_changed(self) -> None:
         """tools/list_changed (a notification, or an event on a 2026 listen stream)."""

@@ -21,7 +21,7 @@ from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
 
 pytestmark = [pytest.mark.binary, pytest.mark.slow]
 
-KEY = "sk-binary-era"
+KEY = "sk-binary-smoke"  # the fake_openai fixture's key
 
 
 @pytest.fixture(scope="module")

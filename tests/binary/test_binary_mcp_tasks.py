@@ -6,8 +6,6 @@ build to carry mcp_types' task models (tasks/get, tasks/result, tasks/cancel).""
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +13,14 @@ import pytest
 
 from tests.binary.rootfs import INSTALL_PATH, Sandbox
 from tests.binary.test_binary_mcp_remote import _Run
+from tests.fakes.mcp_servers import kill_tree
 from tests.fakes.openai import Call, FakeOpenAI, Reply, ToolCalls
 from tests.test_mcp_tasks import http_server, http_toml, lines
 
 pytestmark = [pytest.mark.binary, pytest.mark.slow]
 __all__ = ["http_server"]  # fixture used by name
 
-KEY = "sk-binary-tasks"
+KEY = "sk-binary-smoke"  # the fake_openai fixture's key
 
 
 def test_a_task_resumes_after_kill_9_in_the_frozen_binary(
@@ -44,7 +43,7 @@ def test_a_task_resumes_after_kill_9_in_the_frozen_binary(
     try:
         first.send("run the long job")
         first.wait_stderr("mcp task started")
-        os.kill(first.proc.pid, signal.SIGKILL)
+        kill_tree(first.proc.pid)  # gantry itself, not only the onefile bootstrap
         first.proc.wait(10)
     finally:
         first.kill()

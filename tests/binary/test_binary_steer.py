@@ -8,8 +8,6 @@ answers both.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import time
 from pathlib import Path
@@ -22,7 +20,7 @@ from gantry.steer import FOLLOWUP_MARK
 from tests.binary.rootfs import Sandbox
 from tests.binary.test_binary import WAIT, _run_env, binds, etc_gantry, start
 from tests.binary.test_binary_watch import static_binds
-from tests.fakes.mcp_servers import live_children
+from tests.fakes.mcp_servers import kill_tree
 from tests.fakes.openai import Call, Reply, ToolCalls, without_footer
 from tests.fakes.telegram import FakeTelegram
 
@@ -65,15 +63,7 @@ def wait_for(check: Any, what: str, timeout: float = WAIT) -> None:
 def kill_9(run: Any) -> None:
     """kill -9 of gantry itself: the onefile bootstrap's app process and whatever it started
     (the MCP child), then the bootstrap, each by its pid, none given the chance to clean up."""
-    tree: list[int] = []
-    todo = [run.proc.pid]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo += live_children(pid)
-    for pid in reversed(tree):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    kill_tree(run.proc.pid)
     run.stop(signal.SIGKILL)
 
 

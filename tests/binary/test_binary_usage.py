@@ -17,6 +17,7 @@ import pytest
 
 from tests.binary.rootfs import INSTALL_PATH, Sandbox
 from tests.binary.test_binary import _run_env, binds, etc_gantry, start
+from tests.fakes.mcp_servers import kill_tree
 from tests.fakes.openai import Call, Reply, ToolCalls
 
 pytestmark = [pytest.mark.binary, pytest.mark.slow]
@@ -61,6 +62,7 @@ def test_usage_ledger_in_the_frozen_binary(sandbox: Sandbox, start: Any,
     while len(fake_openai.requests) < before + 4:
         assert time.monotonic() < deadline, run.stderr[-3000:]
         time.sleep(0.1)
+    kill_tree(run.proc.pid)  # gantry itself, not only the onefile bootstrap
     run.stop(signal.SIGKILL)
     fake_openai.cached_tokens = 0
     again = start(env, data=data)

@@ -41,7 +41,7 @@ def test_a_voice_note_gets_a_voice_note_back_in_the_frozen_binary(
         tg.wait_calls_sync("sendVoice", 1, timeout=WAIT)
         (voice,) = [f for f in tg.uploads(7) if f.method == "sendVoice"]
         assert voice.content_type == "audio/ogg" and opus_file(voice.data) is not None
-        assert voice.caption == "echo: [voice message, 0:03, transcribed] good morning"
+        assert voice.caption == "echo: [voice message, 0:03, transcribed]\ngood morning"
         assert fake_openai.speeches[0].response_format == "opus"
         tg.wait_for_sync(lambda: tg.reactions_on(7, voice_in) == [["👀"], []], WAIT,
                          "👀 set, then cleared")

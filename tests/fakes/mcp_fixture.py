@@ -216,6 +216,7 @@ async def add_prompt(ctx: Context, name: str) -> str:
 
     server.prompt(name=name, description=f"Added at run time: {name}")(added)
     await ctx.session.send_prompt_list_changed()
+    await ctx.notify_prompts_changed()  # the 2026 era's listen stream
     return "prompt added"
 
 
@@ -228,6 +229,7 @@ async def add_doc(ctx: Context, name: str) -> str:
 
     server.resource(f"fixture://doc/{name}", name=name, mime_type="text/plain")(doc)
     await ctx.session.send_resource_list_changed()
+    await ctx.notify_resources_changed()
     return "doc added"
 
 
