@@ -52,7 +52,7 @@ def test_input_required_is_asked_and_retried_in_the_frozen_binary(
     (etc / "mcp.toml").write_text(toml_remote("mr", srv.url, timeout=5) + 'protocol = "2026"\n')
     (etc / "mcp.toml").chmod(0o644)
     etc.chmod(0o755)
-    env = {"CHANNEL": "stdio", "LLM_BASE_URL": fake.base_url, "LLM_API_KEY": "sk-binary-mrtr",
+    env = {"CHANNEL": "stdio", "LLM_BASE_URL": fake.base_url, "LLM_API_KEY": "sk-binary-smoke",
            "LLM_MODEL": "fake-model", "DATA_DIR": "/data", "PERSONA_DIR": "/persona",
            "MCP_MANIFEST": "/etc/gantry/mcp.toml"}
     proc = sandbox.popen([INSTALL_PATH, "run"], env=env,
