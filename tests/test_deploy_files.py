@@ -384,7 +384,8 @@ def test_env_example_lists_every_variable_with_its_default() -> None:
         value, commented = env[env_name(field)]
         if not commented:
             continue  # an active sample value (e.g. TELEGRAM_*), not a default
-        expected = str(default).lower() if isinstance(default, bool) else str(default)
+        expected = ("" if default is None else str(default).lower() if isinstance(default, bool)
+                    else str(default))
         assert value == expected, f"{env_name(field)}: {value!r} != default {expected!r}"
 
 

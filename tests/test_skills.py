@@ -317,9 +317,11 @@ async def test_the_listing_counts_against_the_prompt_budget(
         if not with_skills:
             agent.prompt_blocks.clear()
         system = len(agent._persona(False))
-        agent.max_tokens = (len("You are Tim.") + len(skills.block())) // 4 + 30
-        for text in ("one " * 10, "two " * 10, "three " * 10):
+        for text in ("one " * 10, "two " * 10):
             await agent(msg(text))
+        turn = len(str(fake.last_request.messages[-1]["content"]))  # the message + its footer
+        agent.max_tokens = (len("You are Tim.") + len(skills.block()) + turn) // 4 + 30
+        await agent(msg("three " * 10))
         kept.append((len(fake.last_request.messages), system))
     (with_count, with_system), (without_count, without_system) = kept
     assert with_system > without_system

@@ -53,10 +53,16 @@ def _uncomment(text: str) -> str:
     return (text[: cut.start()] if cut else text).strip()
 
 
+def _unquote(m: re.Match[str]) -> str:
+    """YAML's `\\'` is JSON's `'`; every other escape stays as it is for json.loads."""
+    return "'" if m.group(1) == "'" else m.group(0)
+
+
 def _double(text: str, line: int) -> str:
     r"""A double-quoted scalar: JSON's escapes (which YAML's include), and `\'` for `'`."""
     try:
-        value = json.loads(text.replace("\\'", "'").replace("\t", "\\t"))
+        # Escapes pair up left to right: a file's `\\'` is a backslash, then a quote.
+        value = json.loads(re.sub(r"\\(.)", _unquote, text, flags=re.S).replace("\t", "\\t"))
     except ValueError:
         raise FrontMatterError(line, f"cannot read the quoted text {text[:40]!r}") from None
     if not isinstance(value, str):
