@@ -73,9 +73,8 @@ class Catalog:
             cursor = page.next_cursor
             if not cursor:
                 break
-        from gantry.mcp.tasks import server_runs_tasks, task_support
-
         from gantry.mcp import era, taskext
+        from gantry.mcp.tasks import server_runs_tasks, task_support
 
         caps = getattr(session, "server_capabilities", None)
         # 2026: the server decides per call whether to answer with a task, so every call on a
@@ -130,8 +129,8 @@ class Catalog:
 
     def as_task(self, tool: str) -> bool:
         """Whether a call of the MCP tool `tool` is made as a task (gantry/mcp/tasks.py)."""
-        return self.every_call_a_task or self.runs_tasks and any(lt.name == tool and lt.task != "forbidden"
-                                       for lt in self.listed.values())
+        return self.every_call_a_task or (self.runs_tasks and any(
+            lt.name == tool and lt.task != "forbidden" for lt in self.listed.values()))
 
     def notes(self) -> list[str]:
         """What /status says of tools listed but not offered."""

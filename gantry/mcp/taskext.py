@@ -176,7 +176,8 @@ async def follow(session: Any, task_id: str, deadline: Deadline | None,
         if task["status"] == "completed":
             return CallToolResult.model_validate(task.get("result") or {"content": []})
         if task["status"] == "failed":
-            error = task.get("error") if isinstance(task.get("error"), dict) else {}
+            raw = task.get("error")
+            error: dict[str, Any] = raw if isinstance(raw, dict) else {}
             code = error.get("code")
             raise MCPError(code=code if isinstance(code, int) else INTERNAL_ERROR,
                            message=str(error.get("message") or task.get("statusMessage")

@@ -2,8 +2,8 @@
 CreateTaskResult, tasks/get, tasks/result, tasks/cancel) and, to a 2026-07-28 client that
 declares it, the `io.modelcontextprotocol/tasks` extension (`resultType: "task"`, tasks/get
 with the result or input requests inline, tasks/update, tasks/cancel). Built on the official
-SDK's lowlevel Server, which has no task support of its own. Over stdio, or Streamable HTTP on 127.0.0.1:
-`python -m tests.fakes.mcp_tasks [PORT]`.
+SDK's lowlevel Server, which has no task support of its own. Over stdio, or Streamable
+HTTP on 127.0.0.1: `python -m tests.fakes.mcp_tasks [PORT]`.
 
 Tools: `job` (taskSupport "required": runs `seconds`, appending one line to the file at `path`
 when it starts, so a test sees how often it really ran, and one to `path`.done when it
