@@ -23,10 +23,14 @@ from tests.test_mcp_host import BOOT, running, until
 pytestmark = pytest.mark.anyio
 
 
-def tasks_toml(name: str = "tk", timeout: float | None = None) -> str:
-    """The task fixture, pinned to the 2025-11-25 era: its tasks are that revision's."""
+ERAS = pytest.mark.parametrize("protocol", ["2025", "2026"])  # the two forms of tasks
+
+
+def tasks_toml(name: str = "tk", timeout: float | None = None, protocol: str = "2025") -> str:
+    """The task fixture, pinned to one era (by default 2025-11-25, core-protocol tasks; at
+    2026-07-28 it serves the tasks extension)."""
     return toml_server(name, [sys.executable, "-m", "tests.fakes.mcp_tasks"], cwd=str(ROOT),
-                       timeout=timeout) + 'protocol = "2025"\n'
+                       timeout=timeout) + f'protocol = "{protocol}"\n'
 
 
 
@@ -62,9 +66,9 @@ def http_server() -> Iterator[str]:
         proc.wait(10)
 
 
-def http_toml(url: str, timeout: float | None = None) -> str:
+def http_toml(url: str, timeout: float | None = None, protocol: str = "2025") -> str:
     extra = f"timeout_seconds = {timeout}\n" if timeout is not None else ""
-    return f'[[server]]\nname = "tk"\nurl = "{url}"\nprotocol = "2025"\n{extra}'
+    return f'[[server]]\nname = "tk"\nurl = "{url}"\nprotocol = "{protocol}"\n{extra}'
 
 
 @pytest.fixture
@@ -76,10 +80,14 @@ def book(tmp_path: Path) -> Iterator[TaskBook]:
         conn.close()
 
 
-async def test_a_required_task_tool_is_offered_and_runs_once_as_a_task(tmp_path: Path) -> None:
+@ERAS
+async def test_a_required_task_tool_is_offered_and_runs_once_as_a_task(
+    tmp_path: Path, protocol: str,
+) -> None:
     """Issue 42 #4: taskSupport "required" tools are offered now, and called as tasks
-    (a plain tools/call is refused by the server); "optional" ones are called as tasks too."""
-    async with running(tasks_toml()) as (host, reg):
+    (a plain tools/call is refused by the server); "optional" ones are called as tasks too
+    (at 2026 the server decides: it answers `maybe` at once)."""
+    async with running(tasks_toml(protocol=protocol)) as (host, reg):
         assert {"tk__job", "tk__ask", "tk__maybe"} <= set(reg.names())
         assert "task-only" not in host.status_lines()[0]
         out = tmp_path / "count"
@@ -87,17 +95,18 @@ async def test_a_required_task_tool_is_offered_and_runs_once_as_a_task(tmp_path:
         assert (result.text, result.error) == ("job done after 0.3 s", False)
         assert lines(out) == 1
         maybe = await reg.call("tk__maybe", "{}")
-        assert maybe.text == "as a task"
+        assert maybe.text == ("as a task" if protocol == "2025" else "plain")
 
 
+@ERAS
 async def test_a_task_resumes_after_a_restart_without_running_again(
-    http_server: str, book: TaskBook, tmp_path: Path,
+    http_server: str, book: TaskBook, tmp_path: Path, protocol: str,
 ) -> None:
     """★ A gantry that stops mid-task (its host torn down, as a kill would) and starts again
     polls the same task: the server ran the job once, and the call gets its result."""
     out = tmp_path / "count"
     args = f'{{"path": "{out}", "seconds": 2}}'
-    async with running(http_toml(http_server)) as (host, reg):
+    async with running(http_toml(http_server, protocol=protocol)) as (host, reg):
         host.use_tasks(book)
         with anyio.move_on_after(60):
             async with anyio.create_task_group() as tg:
@@ -112,7 +121,7 @@ async def test_a_task_resumes_after_a_restart_without_running_again(
     row = book.get("telegram:1", "call-1")
     assert row is not None and row.task_id
     assert lines(out) == 1
-    async with running(http_toml(http_server)) as (host, reg):
+    async with running(http_toml(http_server, protocol=protocol)) as (host, reg):
         host.use_tasks(book)
         with recorded_call("telegram:1", "call-1"):
             result = await reg.call("tk__job", args)
@@ -122,15 +131,16 @@ async def test_a_task_resumes_after_a_restart_without_running_again(
     assert again is not None and again.state == DONE and again.task_id == row.task_id
 
 
+@ERAS
 async def test_a_stop_cancels_the_task_on_the_server(http_server: str, book: TaskBook,
-                                                     tmp_path: Path) -> None:
+                                                     tmp_path: Path, protocol: str) -> None:
     """The user's stop (Telegram /stop) sends tasks/cancel: the job never finishes, and the
     call is recorded as cancelled (a restart does not poll it again)."""
     from gantry.channel.base import Inbound, TurnStopped
     from gantry.turns import Turns, tool_call
 
     out = tmp_path / "count"
-    async with running(http_toml(http_server)) as (host, reg):
+    async with running(http_toml(http_server, protocol=protocol)) as (host, reg):
         host.use_tasks(book)
 
         async def respond(msg: Inbound, stream: object) -> str:
@@ -157,10 +167,14 @@ async def test_a_stop_cancels_the_task_on_the_server(http_server: str, book: Tas
         assert stopped
         row = book.get("telegram:5", "call-9")
         assert row is not None and row.state == DONE and row.error
-        from gantry.mcp.tasks import status
+        from gantry.mcp import era, taskext, tasks
 
-        task = await status(host.servers["tk"].session, row.task_id)
-        assert task.status == "cancelled"
+        session = host.servers["tk"].session
+        assert era.modern(session) == (protocol == "2026")
+        if era.modern(session):
+            assert (await taskext.status(session, row.task_id))["status"] == "cancelled"
+        else:
+            assert (await tasks.status(session, row.task_id)).status == "cancelled"
     await anyio.sleep(3.5)
     assert lines(out) == 1 and lines(Path(f"{out}.done")) == 0
 

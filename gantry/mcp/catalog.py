@@ -59,6 +59,7 @@ class Catalog:
         self.hidden = frozenset(hidden)  # MCP names callable via Host.call, never offered
         self._task_only_said: frozenset[str] = frozenset()
         self.runs_tasks = False  # the server offers task-augmented tools/call
+        self.every_call_a_task = False  # … in the 2026 form (the tasks extension)
 
     async def list_tools(self, session: Any) -> None:
         from mcp_types import PaginatedRequestParams
@@ -72,9 +73,14 @@ class Catalog:
             cursor = page.next_cursor
             if not cursor:
                 break
+        from gantry.mcp import era, taskext
         from gantry.mcp.tasks import server_runs_tasks, task_support
 
-        self.runs_tasks = server_runs_tasks(getattr(session, "server_capabilities", None))
+        caps = getattr(session, "server_capabilities", None)
+        # 2026: the server decides per call whether to answer with a task, so every call on a
+        # server that offers the extension is made as one may (tasks.py).
+        self.every_call_a_task = era.modern(session) and taskext.offered(caps)
+        self.runs_tasks = self.every_call_a_task or server_runs_tasks(caps)
         names = convert.exposed_names(self.name, [t.name for t in tools])
         listed: dict[str, ListedTool] = {}
         for t in tools:
@@ -123,8 +129,8 @@ class Catalog:
 
     def as_task(self, tool: str) -> bool:
         """Whether a call of the MCP tool `tool` is made as a task (gantry/mcp/tasks.py)."""
-        return self.runs_tasks and any(lt.name == tool and lt.task != "forbidden"
-                                       for lt in self.listed.values())
+        return self.every_call_a_task or (self.runs_tasks and any(
+            lt.name == tool and lt.task != "forbidden" for lt in self.listed.values()))
 
     def notes(self) -> list[str]:
         """What /status says of tools listed but not offered."""

@@ -26,10 +26,11 @@ MAX_ROUNDS = 10  # input_required answers to one call before it fails (the SDK's
 
 
 async def call_tool(session: Any, tool: str, args: dict[str, Any], progress: Any,
-                    asking: Asking, deadline: Deadline) -> Any:
-    """tools/call to its end: a CallToolResult, however many input rounds it takes. Every
-    retry is a new request; one whose answers never reached the server is not resent (the
-    user would be asked again): it fails, as a broken call."""
+                    asking: Asking, deadline: Deadline, claimed: bool = False) -> Any:
+    """tools/call to its end: a CallToolResult, however many input rounds it takes (or,
+    `claimed`, a task the server made instead: taskext.py). Every retry is a new request;
+    one whose answers never reached the server is not resent (the user would be asked
+    again): it fails, as a broken call."""
     import math
 
     from mcp.client._input_required import (
@@ -42,7 +43,7 @@ async def call_tool(session: Any, tool: str, args: dict[str, Any], progress: Any
     async def send(responses: Any, state: str | None) -> Any:
         return await session.call_tool(tool, args, math.inf, progress_callback=progress,
                                        input_responses=responses, request_state=state,
-                                       allow_input_required=True)
+                                       allow_input_required=True, allow_claimed=claimed)
 
     first = await send(None, None)
     if not isinstance(first, InputRequiredResult):

@@ -266,6 +266,7 @@ class Supervisor:
         from mcp_types import Implementation
 
         from gantry import __version__
+        from gantry.mcp import taskext
 
         # The default read timeout bounds requests the SDK sends on its own (tools/list when
         # a called tool's output schema is not cached); ours carry their own timeouts.
@@ -275,6 +276,7 @@ class Supervisor:
             message_handler=self._on_message,
             elicitation_callback=self.asking.callback(),
             client_info=Implementation(name="gantry", version=__version__),
+            **taskext.session_options(),  # the 2026 tasks extension, declared
         )
 
     async def _initialize(self, session: Any, link: Link) -> None:

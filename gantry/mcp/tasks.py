@@ -11,10 +11,12 @@ the task id and polls the same task; a call whose task id never arrived is not s
 A user's stop sends tasks/cancel. A task that outlives the deadline is left running: the
 model is told, and the result goes to the chat later (finisher.py).
 
-This is the 2025-11-25 form (tasks in the core protocol), which the SDK 2.3 has types for
-but no client for: its tools/call parsing has no CreateTaskResult arm, so that one request
-goes through the session's dispatcher; tasks/get, tasks/result and tasks/cancel are plain
-typed requests.
+Two forms are spoken, picked per session by its era (`wire()`): at 2025-11-25, tasks in the
+core protocol, which the SDK 2.3 has types for but no client for: its tools/call parsing has
+no CreateTaskResult arm, so that one request goes through the session's dispatcher;
+tasks/get, tasks/result and tasks/cancel are plain typed requests. At 2026-07-28, the
+`io.modelcontextprotocol/tasks` extension (taskext.py): the server decides per call whether
+to answer with a task, so on a server that offers it every call goes this way.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 import anyio
 
+from gantry.mcp import era, taskext
 from gantry.mcp.deadline import MAX_CALL_SECONDS, Deadline
 from gantry.mcp.elicitation import Asking
 from gantry.mcp.taskbook import SENDING, TaskBook
@@ -45,7 +48,7 @@ def task_support(tool: Any) -> str:
 
 
 def server_runs_tasks(capabilities: Any) -> bool:
-    """Whether the server's capabilities offer task-augmented tools/call."""
+    """Whether the server's capabilities offer task-augmented tools/call (2025 form)."""
     requests = getattr(getattr(capabilities, "tasks", None), "requests", None)
     return getattr(getattr(requests, "tools", None), "call", None) is not None
 
@@ -65,6 +68,14 @@ def _load(raw: str) -> Any:
     from mcp_types import CallToolResult
 
     return CallToolResult.model_validate_json(raw)
+
+
+async def start(session: Any, tool: str, args: dict[str, Any], asking: Asking,
+                deadline: Deadline) -> Any:
+    """The call, made so that it may answer as a task, in the session's era's form."""
+    if era.modern(session):
+        return await taskext.create(session, tool, args, asking, deadline)
+    return await create(session, tool, args)
 
 
 async def create(session: Any, tool: str, args: dict[str, Any]) -> Any:
@@ -110,15 +121,22 @@ async def payload(session: Any, task_id: str) -> Any:
 
 
 async def cancel(session: Any, task_id: str) -> None:
+    if era.modern(session):
+        await taskext.cancel(session, task_id)
+        return
     from mcp_types import CancelTaskRequest, CancelTaskRequestParams, CancelTaskResult
 
     await session.send_request(
         CancelTaskRequest(params=CancelTaskRequestParams(task_id=task_id)), CancelTaskResult)
 
 
-async def follow(session: Any, task_id: str, deadline: Deadline | None) -> Any:
+async def follow(session: Any, task_id: str, deadline: Deadline | None,
+                 asking: Asking | None = None) -> Any:
     """Poll the task until it is over (or asks), then its result; a new status or status
-    message is life (`deadline.alive()`), like a progress report."""
+    message is life (`deadline.alive()`), like a progress report. At 2026 its questions come
+    with its status, and are asked through `asking` (taskext.py)."""
+    if era.modern(session):
+        return await taskext.follow(session, task_id, deadline, asking)
     seen: tuple[str, str | None] | None = None
     while True:
         task = await status(session, task_id)
@@ -170,7 +188,7 @@ class Tasks:
                     if task_id is None:
                         if key is not None and book is not None:
                             book.sending(*key, self.server, tool)
-                        task = await create(session, tool, args)
+                        task = await start(session, tool, args, asking, deadline)
                         if not hasattr(task, "task_id"):  # answered at once: no task
                             result = task
                         else:
@@ -180,7 +198,7 @@ class Tasks:
                             log.info("mcp task started", extra={
                                 "server": self.server, "tool": tool, "task": task_id})
                     if task_id is not None:
-                        result = await follow(session, task_id, deadline)
+                        result = await follow(session, task_id, deadline, asking)
         except anyio.get_cancelled_exc_class():
             # The user stopped the turn: the server is told. A shutdown leaves the task
             # running: the turn is retried after the restart, and polls it again.

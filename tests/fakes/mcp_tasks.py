@@ -1,7 +1,9 @@
-"""An MCP server with task tools (2025-11-25 tasks: `task` on tools/call, CreateTaskResult,
-tasks/get, tasks/result, tasks/cancel), built on the official SDK's lowlevel Server, which has
-no task support of its own. Over stdio, or Streamable HTTP on 127.0.0.1:
-`python -m tests.fakes.mcp_tasks [PORT]`.
+"""An MCP server with task tools, in both forms: 2025-11-25 tasks (`task` on tools/call,
+CreateTaskResult, tasks/get, tasks/result, tasks/cancel) and, to a 2026-07-28 client that
+declares it, the `io.modelcontextprotocol/tasks` extension (`resultType: "task"`, tasks/get
+with the result or input requests inline, tasks/update, tasks/cancel). Built on the official
+SDK's lowlevel Server, which has no task support of its own. Over stdio, or Streamable
+HTTP on 127.0.0.1: `python -m tests.fakes.mcp_tasks [PORT]`.
 
 Tools: `job` (taskSupport "required": runs `seconds`, appending one line to the file at `path`
 when it starts, so a test sees how often it really ran, and one to `path`.done when it
@@ -24,6 +26,7 @@ import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
 
+EXTENSION = "io.modelcontextprotocol/tasks"
 TTL_MS = 600_000
 POLL_MS = 100
 
@@ -47,6 +50,18 @@ class Job:
                 "createdAt": self.created.isoformat(), "lastUpdatedAt": now, "ttl": TTL_MS,
                 "pollInterval": POLL_MS}
 
+    def task26(self) -> dict[str, Any]:
+        """The task as the 2026 extension's tasks/get shows it (a DetailedTask)."""
+        task = self.task()
+        task["ttlMs"] = task.pop("ttl")
+        task["pollIntervalMs"] = task.pop("pollInterval")
+        if self.status == "completed" and self.result is not None:
+            task["result"] = self.result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        if self.status == "input_required":
+            task["inputRequests"] = {"colour": {"method": "elicitation/create", "params": {
+                "mode": "form", "message": "Which colour?", "requestedSchema": COLOUR}}}
+        return task
+
     def finish(self, status: str, text: str) -> None:
         if self.status in ("completed", "failed", "cancelled"):
             return
@@ -56,6 +71,7 @@ class Job:
 
 
 jobs: dict[str, Job] = {}
+COLOUR = {"type": "object", "properties": {"colour": {"type": "string"}}, "required": ["colour"]}
 
 
 def _run(job: Job) -> None:
@@ -100,6 +116,56 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
     raise MCPError(code=types.METHOD_NOT_FOUND, message=f"{params.name} needs a task")
 
 
+def _declares_extension(params: dict[str, Any]) -> bool:
+    meta = params.get("_meta") or {}
+    caps = meta.get("io.modelcontextprotocol/clientCapabilities") or {}
+    return EXTENSION in (caps.get("extensions") or {})
+
+
+async def extension_call(ctx: Any, call_next: Any) -> Any:
+    """The 2026 extension's requests, answered before the SDK's runner (which knows none of
+    them, nor a `task` answer to tools/call)."""
+    params = dict(ctx.params or {})
+    if not _declares_extension(params):
+        return await call_next(ctx)
+    if ctx.method == "tools/call":
+        if params.get("name") == "maybe":
+            return {"resultType": "complete", "content": [{"type": "text", "text": "plain"}]}
+        job = _start(str(params.get("name")), dict(params.get("arguments") or {}))
+        return {"resultType": "task", **{k: v for k, v in job.task26().items()
+                                         if k not in ("inputRequests", "result")}}
+    if ctx.method == "tasks/get":
+        return {"resultType": "complete", **_job(str(params.get("taskId"))).task26()}
+    if ctx.method == "tasks/update":
+        job = _job(str(params.get("taskId")))
+        answer = (params.get("inputResponses") or {}).get("colour") or {}
+        said = (answer.get("content") or {}).get("colour") if answer.get(
+            "action") == "accept" else None
+        job.finish("completed", f"the user said {said!r}")
+        return {"resultType": "complete"}
+    if ctx.method == "tasks/cancel":
+        _cancel(_job(str(params.get("taskId"))))
+        return {"resultType": "complete"}
+    return await call_next(ctx)
+
+
+def _start(tool: str, args: dict[str, Any]) -> Job:
+    job = Job(tool, args)
+    jobs[job.id] = job
+    if job.tool == "job":
+        threading.Thread(target=_run, args=(job,), daemon=True).start()
+    else:
+        job.status, job.message = "input_required", "waiting for the user"
+    return job
+
+
+def _cancel(job: Job) -> None:
+    job.cancelled.set()
+    if job.status not in ("completed", "failed", "cancelled"):
+        job.status, job.message = "cancelled", "cancelled by the client"
+    job.done.set()
+
+
 async def task_call(ctx: Any, call_next: Any) -> Any:
     """A task-augmented tools/call, answered before the SDK's runner validates the result
     as a CallToolResult (its 2025-11-25 surface has no CreateTaskResult arm)."""
@@ -108,13 +174,7 @@ async def task_call(ctx: Any, call_next: Any) -> Any:
         return await call_next(ctx)
     if params.get("name") == "maybe":
         return {"content": [{"type": "text", "text": "as a task"}]}
-    job = Job(str(params.get("name")), dict(params.get("arguments") or {}))
-    jobs[job.id] = job
-    if job.tool == "job":
-        threading.Thread(target=_run, args=(job,), daemon=True).start()
-    else:
-        job.status, job.message = "input_required", "waiting for the user"
-    return {"task": job.task()}
+    return {"task": _start(str(params.get("name")), dict(params.get("arguments") or {})).task()}
 
 
 def _job(task_id: str) -> Job:
@@ -148,9 +208,7 @@ async def task_result(ctx: Any, params: types.GetTaskPayloadRequestParams) -> An
 
 async def cancel_task(ctx: Any, params: types.CancelTaskRequestParams) -> types.CancelTaskResult:
     job = _job(params.task_id)
-    job.cancelled.set()
-    job.status, job.message = "cancelled", "cancelled by the client"
-    job.done.set()
+    _cancel(job)
     return types.CancelTaskResult.model_validate(job.task())
 
 
@@ -163,12 +221,14 @@ class TaskServer(Server[Any]):
             cancel=types.TasksCancelCapability(),
             requests=types.ServerTasksRequestsCapability(
                 tools=types.TasksToolsCapability(call=types.TasksCallCapability())))
+        caps.extensions = {EXTENSION: {}}
         return caps
 
 
 def build() -> Server[Any]:
     server: Server[Any] = TaskServer("tasks-fixture", on_list_tools=list_tools,
                                  on_call_tool=call_tool)
+    server.middleware.append(extension_call)
     server.middleware.append(task_call)
     server.add_request_handler("tasks/get", types.GetTaskRequestParams, get_task)
     server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, task_result)
