@@ -1,7 +1,7 @@
 """MCP overhead: tools/call through gantry's registry vs a bare SDK session; boot with N servers.
 
     python bench/mcp_roundtrip.py [--calls 1000] [--blocks 10] [--boots 3] [--binary dist/gantry]
-                                  [--http-calls 500]
+                                  [--http-calls 500] [--era-calls 500]
 
 1. The same server binary (the static C fixture, tests/fakes/mcp_static.c: it answers in
    microseconds, so what is measured is the client side), one child per client, called with
@@ -16,6 +16,11 @@
    `streamable_http_client` and through gantry's `Registry.call` on a remote server (the
    same SDK transport, plus gantry's HTTP client hooks: session-loss watch, delivery ticket,
    progress deadline). `--http-calls 0` skips it (it needs Node and the npm package).
+   The era rows (issue 42) call the Python SDK's own server, which speaks both eras
+   (tests/fakes/mcp_fixture.py over stdio, mcp_http_fixture.py over Streamable HTTP), once
+   at 2025-11-25 (bare: `initialize()`; gantry: `protocol = "2025"`) and once at 2026-07-28
+   (bare: `discover()`, stateless, the `_meta` envelope on every request; gantry: the
+   default `protocol = "auto"`). `--era-calls 0` skips them.
 2. `gantry run` (stdio, fake model) from spawn to the first reply with 0, 1 and 5 servers in
    the manifest (source, and the binary if present); `--boots 0` skips it.
 
@@ -146,10 +151,63 @@ async def open_gantry_http(stack: AsyncExitStack, url: str) -> Call:
     return call
 
 
-async def roundtrip(server: str, calls: int, blocks: int, http: bool = False
-                    ) -> tuple[Variant, Variant]:
+async def open_bare_era(stack: AsyncExitStack, target: str, era: str) -> Call:
+    """A bare SDK session to the SDK fixture at `era`: a URL (HTTP) or "stdio"."""
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+
+    if target == "stdio":
+        params = StdioServerParameters(command=sys.executable,
+                                       args=["-m", "tests.fakes.mcp_fixture"], cwd=str(ROOT))
+        read, write = await stack.enter_async_context(stdio_client(params))
+    else:
+        read, write = await stack.enter_async_context(streamable_http_client(target))
+    session = await stack.enter_async_context(ClientSession(read, write))
+    if era == "2026":
+        await session.discover()
+    else:
+        await session.initialize()
+    await session.list_tools()
+
+    async def call(i: int) -> object:
+        return await session.call_tool("echo", {"text": f"call {i}"})
+
+    return call
+
+
+async def open_gantry_era(stack: AsyncExitStack, target: str, era: str) -> Call:
+    from gantry.mcp.host import Host
+    from gantry.mcp.manifest import parse
+    from gantry.tools import Registry
+    from tests.fakes.mcp_remote import toml_remote
+    from tests.fakes.mcp_servers import python_fixture_toml
+
+    table = python_fixture_toml("fx") if target == "stdio" else toml_remote("fx", target)
+    protocol = "auto" if era == "2026" else "2025"
+    registry = Registry()
+    host = Host(parse(table + f'protocol = "{protocol}"\n', os.environ), registry, os.environ)
+    tg = await stack.enter_async_context(anyio.create_task_group())
+    stack.callback(tg.cancel_scope.cancel)
+    await host.start(tg)
+    speaks = host.servers["fx"].protocol
+    assert speaks.startswith(era), speaks
+
+    async def call(i: int) -> object:
+        result = await registry.call("fx__echo", f'{{"text": "call {i}"}}')
+        assert not result.error, result.text
+        return result
+
+    return call
+
+
+async def roundtrip(server: str, calls: int, blocks: int, http: bool = False,
+                    era: str = "") -> tuple[Variant, Variant]:
     async with AsyncExitStack() as stack:
-        if http:
+        if era:
+            bare = Variant("bare SDK ClientSession", await open_bare_era(stack, server, era))
+            gantry = Variant("gantry Registry.call", await open_gantry_era(stack, server, era))
+        elif http:
             bare = Variant("bare SDK ClientSession", await open_bare_http(stack, server))
             gantry = Variant("gantry Registry.call", await open_gantry_http(stack, server))
         else:
@@ -199,6 +257,23 @@ def report(bare: Variant, gantry: Variant, blocks: int,
           f"max {ratios[-1]:.2f}x")
 
 
+def era_rows(calls: int, blocks: int) -> None:
+    """The SDK fixture in each era, over stdio and over Streamable HTTP."""
+    from tests.fakes.mcp_remote import fixture_http
+
+    for era in ("2025", "2026"):
+        name = "2025-11-25 handshake" if era == "2025" else "2026-07-28 stateless"
+        print()
+        report(*anyio.run(roundtrip, "stdio", calls, blocks, False, era), blocks,
+               f"the Python SDK server over stdio, MCP {name}")
+    with fixture_http() as srv:
+        for era in ("2025", "2026"):
+            name = "2025-11-25 handshake" if era == "2025" else "2026-07-28 stateless"
+            print()
+            report(*anyio.run(roundtrip, srv.url, calls, blocks, True, era), blocks,
+                   f"the Python SDK server over Streamable HTTP (loopback), MCP {name}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=1000, help="calls per client (all blocks)")
@@ -207,6 +282,8 @@ def main() -> None:
     ap.add_argument("--binary", type=Path, default=ROOT / "dist" / "gantry")
     ap.add_argument("--http-calls", type=int, default=500,
                     help="calls per client over Streamable HTTP; 0 skips the HTTP row")
+    ap.add_argument("--era-calls", type=int, default=500,
+                    help="calls per client in each era row (2025, 2026); 0 skips them")
     args = ap.parse_args()
     server = str(static_fixture())
     blocks = max(1, min(args.blocks, args.calls))
@@ -220,6 +297,8 @@ def main() -> None:
             http_blocks = max(1, min(args.blocks, args.http_calls))
             report(*anyio.run(roundtrip, srv.url, args.http_calls, http_blocks, True),
                    http_blocks, "server-everything over Streamable HTTP (loopback)")
+    if args.era_calls > 0:
+        era_rows(args.era_calls, max(1, min(args.blocks, args.era_calls)))
     if args.boots <= 0:
         return
 

@@ -10,17 +10,21 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, tzinfo
 from typing import Any, Protocol
 
 import anyio
+import msgspec
 
 from gantry import __version__, elicit
 from gantry.channel.base import Inbound, ReplyStream, TurnFailed, unknown_command
+from gantry.commands import CommandHandler, dispatch
 from gantry.model.assemble import Completion, new_call_id
+from gantry.model.budget import BudgetReached
 from gantry.model.gate import StreamGate
+from gantry.model.ledger import Tab, attributed, count_as, uncount
 from gantry.model.messages import (
     AssistantMessage,
     FunctionCall,
@@ -54,8 +58,9 @@ from gantry.session import (
     render_for_summary,
     unanswered_calls,
 )
+from gantry.steer import Steer, fold, is_followup
 from gantry.tools import CALLER, Offer, Registry, offered
-from gantry.turns import tool_call
+from gantry.turns import recorded_call, tool_call
 
 log = logging.getLogger("gantry.agent")
 
@@ -79,13 +84,21 @@ SUMMARISE = (
     "words. Keep names, decisions, commitments, open questions and facts about the user; "
     "drop chit-chat. Reply with the paragraph only."
 )
+NO_LEDGER = "Usage is not recorded in this setup."
 TURN_FAILED = "Sorry — something went wrong while answering. Please try again."
 HELP = (
     "Commands:\n/new — start a new conversation (memory is kept)\n"
     "/status — uptime, model, history size, tools\n"
+    "/usage [today|month|7d] — model calls, tokens and cost (private chats)\n"
     "/stop — stop the reply being written (also /cancel)\n"
     "/decline — decline an MCP server's question (/cancel cancels it)\n/help — this text"
 )
+
+
+def help_text(lines: Iterable[str]) -> str:
+    """HELP with the other commands' lines (gantry.commands) before its last line."""
+    head, _, last = HELP.rpartition("\n")
+    return "\n".join([head, *lines, last])
 
 
 class Model(Protocol):
@@ -111,10 +124,13 @@ def resume_point(history: Sequence[Message], user: UserMessage) -> int | None:
     """Tool rounds already recorded for `user`'s turn, if this is that turn retried; else None.
 
     A turn is being retried when the newest user message is `user` and nothing after it is a
-    final answer: only tool-call messages and their results, recorded round by round.
+    final answer: only tool-call messages and their results, recorded round by round, and
+    the follow-ups folded in between them.
     """
     for i in range(len(history) - 1, -1, -1):
         m = history[i]
+        if isinstance(m, UserMessage) and m != user and is_followup(m):
+            continue  # folded into the turn (gantry.steer): the turn goes on past it
         if isinstance(m, UserMessage):
             if m != user:
                 return None
@@ -171,7 +187,15 @@ class Agent:
     # memory: the owner's private data, left out of a group chat's /status
     private_status_lines: list[Callable[[str], str]] = field(default_factory=list)
     outbox: Any = None  # gantry.outbox.Outbox: files tools returned, for send_attachment
+    model_status: Callable[[], str] | None = None  # the /status model line (fallbacks)
+    # LLM_FALLBACK_NOTICE: a line for a reply a fallback model wrote ("" for the primary's)
+    model_notice: Callable[[Completion], str] | None = None
+    usage: Callable[[str, bool], str] | None = None  # /usage (gantry.model.usage_view.reply)
     zone: tzinfo = UTC  # the user's zone (CRON_TZ): the time footer of every turn is in it
+    # after the persona in the system prompt, given `shared` (skills' listing: gantry.skills)
+    prompt_blocks: list[Callable[[bool], str]] = field(default_factory=list)
+    # /skills, /<skill> … (gantry.skills), /prompts, /prompt (gantry.slash)
+    commands: list[CommandHandler] = field(default_factory=list)
     clock: Callable[[], float] = time.time  # wall time for the footer (tests fix it)
     started: float = field(default_factory=time.monotonic)
     # session → (lock, turns holding or waiting for it); dropped at zero, so it stays small
@@ -213,6 +237,7 @@ class Agent:
         caller = CALLER.set(msg.session_id)
         asker = elicit.TURN.set(elicit.Caller(msg.channel, msg.chat_id, msg.user_id,
                                               group=msg.group, scheduled=msg.scheduled))
+        counted = count_as(msg.source or "chat", msg.session_id)
         try:
             if command == "/new":
                 self.sessions.reset(msg.session_id)
@@ -220,18 +245,31 @@ class Agent:
                 return "Started a new conversation. (Long-term memory is unchanged.)"
             if command == "/status":
                 return self.status(msg.session_id, shared=msg.group)
+            if command == "/usage":
+                return self.usage(msg.text, msg.group) if self.usage else NO_LEDGER
             if command in ("/help", "/start"):
-                return HELP
-            if not msg.scheduled and (unknown := unknown_command(msg.text)) is not None:
+                return help_text(line for c in self.commands for line in c.help)
+            if not msg.scheduled and (handled := await dispatch(self.commands, msg)):
+                if handled.reply is not None:
+                    return handled.reply
+                msg = msgspec.structs.replace(msg, text=handled.text,
+                                              images=handled.images or msg.images)
+            elif not msg.scheduled and (unknown := unknown_command(msg.text)) is not None:
                 return unknown
             due = msg.scheduled_for if msg.scheduled else None
             return await self._turn(msg.session_id, msg.text, stream, shared=msg.group,
                                     on_answer=msg.on_answer, scheduled_for=due,
-                                    images=msg.images)
+                                    images=msg.images, steer=msg.steer,
+                                    context=msg.context)
         except TurnFailed as exc:
             if msg.scheduled:
                 raise
             return exc.reply
+        except BudgetReached as exc:  # the scheduler records it skipped; a person reads why
+            await _quiet_discard(stream)
+            if msg.scheduled:
+                raise
+            return exc.notice
         except Exception as exc:
             from gantry.store.space import full_error, is_full
 
@@ -244,6 +282,7 @@ class Agent:
                 raise TurnFailed(f"turn failed ({type(exc).__name__})", TURN_FAILED) from None
             return TURN_FAILED
         finally:
+            uncount(counted)
             elicit.TURN.reset(asker)
             CALLER.reset(caller)
 
@@ -265,7 +304,7 @@ class Agent:
         summary = "yes" if self.sessions.summary(session_id) else "no"
         lines = [
             f"gantry {__version__} · up {up // 3600}h {up % 3600 // 60}m {up % 60}s",
-            f"model: {self.model.model}",
+            f"model: {self.model_status() if self.model_status else self.model.model}",
             f"history: {n} messages, ~{est_tokens(chars)} tokens (est.)",
             f"summary: {summary}",
             self._shown_offer(session_id, shared).summary(),
@@ -288,14 +327,16 @@ class Agent:
     async def _turn(
         self, session_id: str, text: str, stream: ReplyStream | None, *, shared: bool = False,
         on_answer: Callable[[str], None] | None = None, scheduled_for: float | None = None,
-        images: Sequence[ImagePart] = (),
+        images: Sequence[ImagePart] = (), steer: Steer | None = None, context: str = "",
     ) -> str:
         """One turn; `shared` (a group chat, read by others) leaves long-term memory out of
         the prompt and its tools out of the offer, and refuses them if called anyway.
 
         `on_answer` (the channel's record of the reply) commits with the final answer;
         `scheduled_for` (unix seconds) marks a turn the scheduler started, due then.
-        `images` go with `text` as content parts of the user message.
+        `images` go with `text` as content parts of the user message; `steer` gives the
+        follow-ups folded in after each tool round (gantry.steer); `context` (the
+        channel's, Inbound.context) goes in the footer, where per-turn text goes.
         """
         from gantry.model.errors import ProviderError
 
@@ -316,7 +357,7 @@ class Agent:
             memory = ""
         texts = [text, *_earlier_user_texts(history, ROUTING_CONTEXT_TURNS)]
         # Once per turn, to the minute: every call of the turn sends the same bytes.
-        footer = time_footer(self.clock(), self.zone, scheduled_for)
+        footer = time_footer(self.clock(), self.zone, scheduled_for, context)
         new: list[Message] = []
         rounds = resumed or 0
         used: list[str] = []
@@ -324,12 +365,18 @@ class Agent:
         last_text = ""  # the newest text that came with a tool round (promoted if need be)
         blind = False  # the model refused this turn's images: they go as descriptions
         messages: list[Message] = []
+        tab = Tab(self.sessions.conn)  # this turn's model calls, closed with what they made
         try:
             if pending:  # a kill -9 cut the last recorded round: finish only what did not
                 results = await self._run_calls(session_id, pending, shared)
                 history = ordered_results([*history, *results])
                 used += [c.function.name for c in pending]
             while True:
+                # After a tool round (or resuming one): the user's follow-ups join the turn.
+                if steer is not None and rounds and (
+                        added := await fold(steer, self.sessions, session_id)):
+                    history += added
+                    texts = [*(m.text for m in reversed(added)), *texts]
                 capped = rounds >= self.max_iterations
                 if capped:
                     log.warning("tool-call limit reached; asking for an answer without tools",
@@ -337,7 +384,7 @@ class Agent:
                                        "limit": self.max_iterations})
                 extra: list[Message] = [UserMessage(CAP_NOTE)] if capped else []
                 prompt = assemble(
-                    persona=self.persona(),
+                    persona=self._persona(shared),
                     history=[*history, *new],
                     max_messages=self.max_messages,
                     max_tokens=self.max_tokens,
@@ -351,7 +398,7 @@ class Agent:
                     names = [s.function.name for s in schemas]
                 messages = without_images(prompt.messages) if blind else prompt.messages
                 try:
-                    completion = await self._call(messages, schemas, stream, names)
+                    completion = await self._call(messages, schemas, stream, names, tab)
                 except ProviderError as exc:
                     if blind or not has_images(messages) or not rejects_images(exc.message):
                         raise
@@ -359,24 +406,29 @@ class Agent:
                     log.warning("the model refused image input; retrying with descriptions",
                                 extra={"session": session_id, "status": exc.status})
                     messages = without_images(prompt.messages)
-                    completion = await self._call(messages, schemas, stream, names)
+                    completion = await self._call(messages, schemas, stream, names, tab)
                 if capped or not completion.tool_calls:
                     final = completion.text.strip()
+                    if final and self.model_notice and (note := self.model_notice(completion)):
+                        final = f"{final}\n\n{note}"
                     break
                 rounds += 1
                 last_text = completion.text.strip() or last_text
                 asked = completion.to_message()
                 # Recorded before the calls run, each result as it completes: a restart
                 # resumes this round and re-runs no finished call.
-                self.sessions.append(session_id, [asked])
+                with self.sessions.atomic():
+                    self.sessions.append(session_id, [asked])
+                    tab.settle()
                 results = await self._run_calls(session_id, completion.tool_calls, shared)
                 history += [asked, *results]
                 used += [c.function.name for c in completion.tool_calls]
                 if self.router is not None:
                     self.router.used(session_id, [c.function.name for c in completion.tool_calls])
             if not final:
-                final = await self._no_text(session_id, messages, names, last_text)
+                final = await self._no_text(session_id, messages, names, last_text, tab)
         except ProviderError as exc:
+            tab.close()
             self._end_routing(session_id)
             log.error(
                 "model call failed; turn ended",
@@ -386,6 +438,9 @@ class Agent:
             shown = f"HTTP {exc.status}" if exc.status else "no HTTP response"
             reason = f"model call failed ({shown})"  # the provider's text stays in the log
             raise TurnFailed(reason, model_failed_reply(exc.status)) from None
+        except BaseException:
+            tab.close()  # those calls happened, though what they made is dropped
+            raise
         self._end_routing(session_id)
         if blind and not any(isinstance(m, AssistantMessage) and (m.content or "").startswith(
                 NO_VISION_NOTICE) for m in history):  # told once per conversation
@@ -394,6 +449,7 @@ class Agent:
         reply = self._with_attachments(final, history, session_id)
         with self.sessions.atomic():  # answer and the channel's reply: both or neither
             self.sessions.append(session_id, new)
+            tab.settle()
             if on_answer is not None:
                 on_answer(reply)
         log.info(
@@ -420,6 +476,11 @@ class Agent:
         turn = history[current_turn_start(history):]
         found = turn_attachments(turn, self.outbox, session_id)
         return pack(final, found) if found else final
+
+    def _persona(self, shared: bool) -> str:
+        """The persona, then the prompt blocks (skills), as the system prompt starts."""
+        parts = [self.persona().strip(), *(b(shared).strip() for b in self.prompt_blocks)]
+        return "\n\n".join(p for p in parts if p)
 
     def _shown_offer(self, session_id: str, shared: bool) -> Offer:
         """The offer /status counts: when routing, what this chat's last model call carried
@@ -453,7 +514,8 @@ class Agent:
         async def one(i: int, call: ToolCall) -> None:
             tool = self.tools.get(self.tools.resolve(call.function.name) or call.function.name)
             # A user's stop cancels an MCP call (its server is told); a built-in one it awaits.
-            with tool_call(cancellable=tool is not None and not tool.builtin) as scope:
+            with tool_call(cancellable=tool is not None and not tool.builtin) as scope, \
+                    recorded_call(session_id, call.id):
                 result = await self.tools.call(
                     call.function.name, call.function.arguments, shared=shared
                 )
@@ -478,13 +540,17 @@ class Agent:
         tools: list[ToolDef] | None,
         stream: ReplyStream | None,
         names: list[str],
+        tab: Tab,
     ) -> Completion:
-        """One model call, its reply repaired (`_recover`). A streamed reply shows only what
-        can be neither reasoning nor a printed tool call (StreamGate)."""
+        """One model call, its reply repaired (`_recover`) and its charge put on `tab`. A
+        streamed reply shows only what can be neither reasoning nor a printed tool call."""
         from gantry.model.client import Done, TextDelta
+        from gantry.model.fallback import Restart
 
         if stream is None:
-            return self._recover(await self.model.complete(messages, tools), names, tools)
+            whole = await self.model.complete(messages, tools)
+            tab.add(whole.charge)
+            return self._recover(whole, names, tools)
         gate = StreamGate(names)
         wrote = False
         completion: Completion | None = None
@@ -497,8 +563,14 @@ class Agent:
                 if show:
                     await stream.write(show)
                     wrote = True
+            elif isinstance(event, Restart):  # the stream broke; a fallback writes it afresh
+                gate = StreamGate(names)
+                if wrote:
+                    await stream.restart()
+                    wrote = False
             elif isinstance(event, Done):
                 completion = event.completion
+                tab.add(completion.charge)
         assert completion is not None, "a provider stream always ends with Done"
         completion = self._recover(completion, names, tools)
         if completion.tool_calls and wrote:
@@ -524,11 +596,9 @@ class Agent:
                 log.warning("the answer was a printed tool call, with no tools offered; left out",
                             extra={"forms": forms})
         calls = [self._repaired(c) for c in calls]
-        return Completion(
-            text=text,
-            tool_calls=calls,
+        return msgspec.structs.replace(
+            completion, text=text, tool_calls=calls,
             finish_reason="tool_calls" if calls else completion.finish_reason,
-            usage=completion.usage,
             reasoning=completion.reasoning or thought,
         )
 
@@ -549,7 +619,8 @@ class Agent:
         return ToolCall(call.id, FunctionCall(name, fixed), call.extra_content)
 
     async def _no_text(
-        self, session_id: str, messages: list[Message], names: list[str], last_text: str
+        self, session_id: str, messages: list[Message], names: list[str], last_text: str,
+        tab: Tab,
     ) -> str:
         """A reply with no text for the user (reasoning only, or empty): the turn's last
         plain text if a tool round had one, else one short nudge call without tools, else a
@@ -559,9 +630,9 @@ class Agent:
                      extra={"session": session_id})
             return last_text
         log.info("the reply had no text; asking once more", extra={"session": session_id})
-        nudged = self._recover(
-            await self.model.complete([*messages, UserMessage(NUDGE)], None), names, None
-        )
+        nudged = await self.model.complete([*messages, UserMessage(NUDGE)], None)
+        tab.add(nudged.charge)
+        nudged = self._recover(nudged, names, None)
         if nudged.text.strip():
             return nudged.text.strip()
         log.warning("the model gave no text for the user; answered with a fallback",
@@ -595,6 +666,9 @@ class Agent:
                 self._folding = True
                 try:
                     await self._fold(session_id)
+                except BudgetReached as exc:  # tried again after a later turn
+                    log.warning("summary skipped: budget reached; history kept",
+                                extra={"session": session_id, "error": exc.reason})
                 except Exception:
                     log.exception("folding history failed; history kept",
                                   extra={"session": session_id})
@@ -612,7 +686,7 @@ class Agent:
         from gantry.model.errors import ProviderError
 
         old = self.sessions.summary(session_id)
-        overhead = est_tokens(len(system_text(self.persona(), "", old)))
+        overhead = est_tokens(len(system_text(self._persona(False), "", old)))
         count, chars = self.sessions.stats(session_id)
         if count <= self.max_messages and est_tokens(chars) + overhead <= self.max_tokens:
             return  # cheap check first: raw size under the caps means nothing to fold
@@ -637,14 +711,23 @@ class Agent:
             UserMessage(f"Previous summary:\n{old or '(none)'}\n\nNew transcript:\n{transcript}"),
         ]
         try:
-            done = await self.model.complete(request, None)
+            with attributed("summary", session_id):
+                done = await self.model.complete(request, None)
         except ProviderError as exc:
             log.warning("summary failed; history kept", extra={"error": str(exc)})
             if len(history) > 2 * self.max_messages:
                 self.sessions.delete(dropped_ids)
             return
         text = split_reasoning(done.text)[0].strip()[:SUMMARY_MAX_CHARS] or old
-        if not self.sessions.fold(session_id, text, dropped_ids):
+        tab = Tab(self.sessions.conn)
+        tab.add(done.charge)
+        try:
+            with self.sessions.atomic():  # the summary and its call's usage: both or neither
+                folded = self.sessions.fold(session_id, text, dropped_ids)
+                tab.settle()
+        finally:
+            tab.close()
+        if not folded:
             log.info("history changed while folding (/new?); fold skipped",
                      extra={"session": session_id})
             return

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gantry.config import Config
+from gantry.config import Config, Endpoint
 
 MODEL_TIMEOUT = 30.0
 TELEGRAM_TIMEOUT = 15.0
@@ -84,6 +84,33 @@ def check_persona(cfg: Config) -> Result:
                f"{cfg.persona_dir}: {', '.join(persona.files)}{note}")
 
 
+def check_skills(cfg: Config) -> list[Result]:
+    """PERSONA_DIR/skills/ as `run` loads it: each broken skill FAILs by name (run leaves it
+    out with a warning), fields gantry ignores warn; nothing without the folder."""
+    from pathlib import Path
+
+    from gantry.session import est_tokens
+    from gantry.skills.catalog import FOLDER, block, scan
+
+    directory = Path(cfg.persona_dir) / FOLDER
+    if not directory.is_dir():
+        return []
+    catalog = scan(directory)
+    text, left = block(catalog.visible(False))
+    names = ", ".join(s.name for s in catalog.skills) or "none"
+    results = [_ok("skills", f"{len(catalog.skills)} loaded from {directory}: {names}; "
+                   f"~{est_tokens(len(text))} tokens in the system prompt (est.)")]
+    if left:
+        results.append(Result("skills", "warn", f"over the prompt's cap, not listed: "
+                              f"{', '.join(left)}", "shorten descriptions or remove skills"))
+    results += [Result(f"skill {s.name}", "warn", note, "see docs/skills.md")
+                for s in catalog.skills for note in s.warnings]
+    results += [_fail(f"skill {folder}", why, "fix the SKILL.md named (docs/skills.md); "
+                      "`gantry run` leaves it out and loads the others")
+                for folder, why in catalog.errors]
+    return results
+
+
 def check_database(cfg: Config) -> Result:
     """Whether `run` can open and migrate the database; creates and writes nothing."""
     from gantry import db
@@ -126,49 +153,61 @@ def check_tls(environ: Mapping[str, str]) -> tuple[Result, Any]:
 # ---------------------------------------------------------------------------- probes
 
 
-async def check_model(cfg: Config, context: Any) -> Result:
+async def check_model(cfg: Config, context: Any) -> list[Result]:
+    """The primary and each fallback model probed alike, one line each (named by the
+    settings' prefix in hints; keys never shown)."""
+    return [await _probe_model(e, context) for e in cfg.endpoints]
+
+
+async def _probe_model(endpoint: Endpoint, context: Any) -> Result:
     from gantry.model.client import Provider
     from gantry.model.errors import ProviderError
     from gantry.model.messages import UserMessage
     from gantry.model.retry import RetryPolicy
 
+    name = "model" if endpoint.prefix == "LLM_" else f"model {endpoint.label}"
     retry = RetryPolicy(max_attempts=1, deadline=MODEL_TIMEOUT)
     started = time.monotonic()
-    provider = Provider(cfg.llm_base_url, cfg.llm_api_key, cfg.llm_model, timeout=MODEL_TIMEOUT,
-                        retry=retry, verify=context if context is not None else True)
+    provider = Provider(endpoint.base_url, endpoint.api_key, endpoint.model,
+                        timeout=MODEL_TIMEOUT, retry=retry,
+                        verify=context if context is not None else True)
     try:
         done = await provider.complete([UserMessage(PROBE)], None, max_tokens=16)
     except ProviderError as exc:
-        return _model_failure(cfg, exc, _elapsed(started))
+        return _model_failure(name, endpoint, exc, _elapsed(started))
     finally:
         await provider.aclose()
     reply = " ".join(done.text.split())[:40] or "(empty)"
-    return _ok("model", f"{cfg.llm_model} answered {reply!r}", _elapsed(started))
+    where = "" if endpoint.prefix == "LLM_" else f" at {_host(endpoint.base_url)}"
+    return _ok(name, f"{endpoint.model}{where} answered {reply!r}", _elapsed(started))
 
 
-def _model_failure(cfg: Config, exc: Any, ms: float) -> Result:
+def _model_failure(name: str, endpoint: Endpoint, exc: Any, ms: float) -> Result:
     status = exc.status
+    url, key, model = (f"{endpoint.prefix}{part}" for part in ("BASE_URL", "API_KEY", "MODEL"))
+    if endpoint.prefix != "LLM_":  # a fallback's URL and key may be the primary's
+        url, key = f"{url} (or LLM_BASE_URL)", f"{key} (or LLM_API_KEY)"
     if status in (401, 403):
-        return _fail("model", f"the endpoint rejected the key (HTTP {status})",
-                     "check LLM_API_KEY (and that it may use this model)", ms)
+        return _fail(name, f"the endpoint rejected the key (HTTP {status})",
+                     f"check {key} (and that it may use this model)", ms)
     if status == 404:
-        return _fail("model", f"HTTP 404 for model {cfg.llm_model!r}",
-                     "check LLM_MODEL, and that LLM_BASE_URL is the OpenAI-compatible root "
+        return _fail(name, f"HTTP 404 for model {endpoint.model!r}",
+                     f"check {model}, and that {url} is the OpenAI-compatible root "
                      "(e.g. .../v1)", ms)
     text = str(exc)
     if status is None and "CERTIFICATE_VERIFY_FAILED" in text:
-        return _fail("model", "TLS: the endpoint's certificate is not trusted",
+        return _fail(name, "TLS: the endpoint's certificate is not trusted",
                      "trust its CA via SSL_CERT_FILE (see the tls line)", ms)
     if status is None and not exc.hint:  # the provider's mark of a transport failure is a hint
-        return _fail("model", f"LLM_BASE_URL answered, but not with a chat completion: "
-                     f"{exc.message}", "LLM_BASE_URL must be the OpenAI-compatible root "
+        return _fail(name, f"{url} answered, but not with a chat completion: "
+                     f"{exc.message}", f"{url} must be the OpenAI-compatible root "
                      "(e.g. .../v1) of a server that speaks /chat/completions", ms)
     if status is None:
         from gantry.tls import handshake_hint
 
-        return _fail("model", f"cannot reach LLM_BASE_URL: {exc.message}",
+        return _fail(name, f"cannot reach {url}: {exc.message}",
                      handshake_hint(text) or "check the URL, DNS and that the server is up", ms)
-    return _fail("model", text, "see the provider's message above", ms)
+    return _fail(name, text, "see the provider's message above", ms)
 
 
 async def check_telegram(cfg: Config, context: Any) -> list[Result]:
@@ -331,7 +370,10 @@ async def _probe_server(spec: Any, environ: Mapping[str, str], db_path: Any = No
         return _fail(name, failed.replace("\n", " | "), hint, ms)
     what = "connected, {} tools, disconnected again" if spec.remote else \
         "started, {} tools, stopped again"
-    return _ok(name, what.format(tools), ms)
+    from gantry.mcp.era import describe as era
+
+    speaks = era(host.servers[spec.name].protocol)
+    return _ok(name, what.format(tools) + (f"; speaks {speaks}" if speaks else ""), ms)
 
 
 # ---------------------------------------------------------------------------- driver
@@ -365,11 +407,11 @@ def check_backups(cfg: Config, now: float | None = None) -> Result:
 
 
 async def run_checks(cfg: Config, environ: Mapping[str, str]) -> list[Result]:
-    results = [check_persona(cfg), check_database(cfg), check_extraction(),
-               check_backups(cfg)]
+    results = [check_persona(cfg), *check_skills(cfg), check_database(cfg),
+               check_extraction(), check_backups(cfg)]
     tls, context = check_tls(environ)
     results.append(tls)
-    results.append(await check_model(cfg, context))
+    results += await check_model(cfg, context)
     if cfg.channel == "telegram":
         results += await check_telegram(cfg, context)
     results += await check_mcp(cfg, environ)
@@ -405,9 +447,11 @@ def main(env_file: str | None, as_json: bool) -> int:
         results = [_fail("config", "; ".join(exc.problems) if exc.problems else str(exc),
                          "see docs/configuration.md")]
         return _report(results, as_json, Redactor().text)
-    redact = Redactor([cfg.llm_api_key, cfg.telegram_bot_token,
-                       *url_secrets(cfg.llm_base_url)]).text
-    results = [_ok("config", f"channel {cfg.channel}, model {cfg.llm_model}")]
+    redact = Redactor([*cfg.model_secrets, cfg.telegram_bot_token,
+                       *(s for e in cfg.endpoints for s in url_secrets(e.base_url))]).text
+    fallbacks = len(cfg.endpoints) - 1
+    more = f" (+{fallbacks} fallback model{'s' if fallbacks > 1 else ''})" if fallbacks else ""
+    results = [_ok("config", f"channel {cfg.channel}, model {cfg.llm_model}{more}")]
     if env_file:
         results.append(check_env_file(env_file))
     try:

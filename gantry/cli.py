@@ -1,5 +1,5 @@
-"""Command line: `gantry run | status | version | init | check | tools | cron | watch |
-memory | mcp | mcp-memory | backup | restore`.
+"""Command line: `gantry run | status | version | init | check | tools | skills | cron |
+watch | usage | memory | mcp | mcp-memory | backup | restore`.
 
 Each command imports only what it needs: `status` is the container healthcheck and runs
 every few seconds, so it must not pay for aiogram, mcp or httpx.
@@ -95,8 +95,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(
         dest="command",
-        metavar="{run,status,version,init,check,tools,cron,watch,memory,mcp,mcp-memory,backup,"
-                "restore}")
+        metavar="{run,status,version,init,check,tools,skills,cron,watch,usage,memory,mcp,"
+                "mcp-memory,"
+                "backup,restore}")
     run = sub.add_parser("run", help="run the agent daemon (the default command)")
     env_file(run)
     st = sub.add_parser(
@@ -125,7 +126,12 @@ def _parser() -> argparse.ArgumentParser:
     ts.add_argument("--top", type=int, default=10, metavar="K", help="how many (default 10)")
     ts.add_argument("--queries", metavar="FILE",
                     help="one query per line: print one JSON array of ranked names per line")
-    for p_ in (tl, ts):
+    skills = sub.add_parser("skills", help="the persona's skills (PERSONA_DIR/skills)")
+    skills_sub = skills.add_subparsers(dest="action", metavar="{list}", required=True)
+    sl = skills_sub.add_parser(
+        "list", help="print the skills listing the system prompt carries, and any skill that "
+        "could not be loaded")
+    for p_ in (tl, ts, sl):
         env_file(p_)
     ver = sub.add_parser("version", help="print build information")
     ver.add_argument("--json", action="store_true", help="print the same as one JSON object")
@@ -149,6 +155,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="override DATA_DIR (default: $DATA_DIR or /data)")
     wl.add_argument("--all", action="store_true", help="include cancelled watches")
     env_file(wl)
+    from gantry.usage import add_parser as usage_parser
+
+    usage_parser(sub)
     init = sub.add_parser(
         "init",
         help="write sample persona files, mcp.toml and an env file (never overwrites)",
@@ -343,10 +352,18 @@ def main(argv: list[str] | None = None) -> int:
         from gantry.toolset import main as tools_main
 
         return tools_main(args.env_file)
+    if command == "skills":
+        from gantry.skills.cli import main as skills_main
+
+        return skills_main(args.env_file)
     if command == "cron":
         return _cron(args)
     if command == "watch":
         return _watch(args)
+    if command == "usage":
+        from gantry.usage import main as usage_main
+
+        return usage_main(args)
     if command == "init":
         return _init(args)
     if command == "check":

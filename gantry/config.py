@@ -10,14 +10,19 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
-SECRETS = ("LLM_API_KEY", "TELEGRAM_BOT_TOKEN", "LLM_TRANSCRIBE_API_KEY")
+from gantry.prices import Price, PricesError, parse_prices
+
+FALLBACK_MAX = 5  # LLM_FALLBACK_1_* … LLM_FALLBACK_5_*
+SECRETS = ("LLM_API_KEY", "TELEGRAM_BOT_TOKEN", "LLM_TRANSCRIBE_API_KEY", "LLM_SPEECH_API_KEY",
+           *(f"LLM_FALLBACK_{n}_API_KEY" for n in range(1, FALLBACK_MAX + 1)))
 CHANNELS = ("telegram", "stdio")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 TELEGRAM_GROUP_MODES = ("off", "mention")
+FOLLOWUP_MODES = ("steer", "queue")  # FOLLOWUPS: see gantry/steer.py
 LOG_FORMATS = ("auto", "json", "text")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -31,6 +36,18 @@ URL_LOGIN_PROBLEM = (
     "login goes in HTTPS_PROXY (http://user:password@proxy:port); a gateway in front of the "
     "model must take its token as LLM_API_KEY"
 )
+_FALLBACK_NAME = re.compile(r"LLM_FALLBACK_([0-9]+)_(MODEL|BASE_URL|API_KEY)")
+
+
+class Endpoint(NamedTuple):
+    """One model endpoint as the operator named it: the primary (`LLM_*`) or a fallback
+    (`LLM_FALLBACK_<n>_*`, whose URL and key default to the primary's)."""
+
+    label: str  # "primary", "fallback 1", …
+    prefix: str  # the settings' prefix, for messages: "LLM_", "LLM_FALLBACK_1_"
+    base_url: str
+    api_key: str
+    model: str
 
 
 class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
@@ -63,6 +80,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     watch_max: int = 20
     watch_min_interval_seconds: int = 60
     stream_replies: bool = False
+    followups: str = "steer"  # a message sent while a turn runs: folded into it, or queued
     elicitation_timeout_seconds: int = 300
     log_level: str = "info"
     log_format: str = "auto"
@@ -73,9 +91,45 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
     llm_transcribe_model: str = ""  # set: voice notes and audio are transcribed (gantry.media)
     llm_transcribe_base_url: str = ""  # default: LLM_BASE_URL
     llm_transcribe_api_key: str = ""  # default: LLM_API_KEY
+    # Fallback models, tried in order when the one before fails (gantry.model.fallback);
+    # each URL and key default to LLM_BASE_URL and LLM_API_KEY.
+    llm_fallback_1_model: str = ""
+    llm_fallback_1_base_url: str = ""
+    llm_fallback_1_api_key: str = ""
+    llm_fallback_2_model: str = ""
+    llm_fallback_2_base_url: str = ""
+    llm_fallback_2_api_key: str = ""
+    llm_fallback_3_model: str = ""
+    llm_fallback_3_base_url: str = ""
+    llm_fallback_3_api_key: str = ""
+    llm_fallback_4_model: str = ""
+    llm_fallback_4_base_url: str = ""
+    llm_fallback_4_api_key: str = ""
+    llm_fallback_5_model: str = ""
+    llm_fallback_5_base_url: str = ""
+    llm_fallback_5_api_key: str = ""
+    llm_fallback_notice: bool = False  # true: a reply a fallback model wrote says so
+    llm_speech_model: str = ""  # set: replies to voice notes (or after /voice on) are spoken too
+    llm_speech_voice: str = "alloy"
+    llm_speech_base_url: str = ""  # default: LLM_BASE_URL
+    llm_speech_api_key: str = ""  # default: LLM_API_KEY
+    speech_max_chars: int = 1000  # characters of one reply spoken at most; the rest stays text
+    telegram_reactions: bool = True  # 👀 on a message being answered; users' reactions as feedback
+    llm_prices: str = ""  # model=input/cached/output USD per 1M tokens (gantry.prices)
     backup_dir: str = ""  # set: `gantry run` writes a backup there every BACKUP_EVERY
     backup_every: str = "1d"
     backup_keep: int = 7
+    # Budgets (gantry.model.budget, docs/models.md "Budgets"): unset is no limit; 0 allows none.
+    budget_daily_tokens: int | None = None
+    budget_daily_cost: float | None = None  # USD
+    budget_monthly_tokens: int | None = None
+    budget_monthly_cost: float | None = None
+    budget_auto_daily_tokens: int | None = None  # cron, watches, consolidation only
+    budget_auto_daily_cost: float | None = None
+    budget_auto_monthly_tokens: int | None = None
+    budget_auto_monthly_cost: float | None = None
+    budget_warn_percent: int = 80
+    budget_owner_through: bool = False  # the owner's private chat passes the overall limits
 
     @property
     def tools_always_list(self) -> tuple[str, ...]:
@@ -88,9 +142,36 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, rename="upper"):
         return float(duration_seconds(self.backup_every) or 0)
 
     @property
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        """The primary, then each configured fallback in order (load() checked there is no
+        gap), the fallbacks' empty URL and key filled from the primary's."""
+        out = [Endpoint("primary", "LLM_", self.llm_base_url, self.llm_api_key, self.llm_model)]
+        for n in range(1, FALLBACK_MAX + 1):
+            model = getattr(self, f"llm_fallback_{n}_model")
+            if not model:
+                break
+            out.append(Endpoint(f"fallback {n}", f"LLM_FALLBACK_{n}_",
+                                getattr(self, f"llm_fallback_{n}_base_url") or self.llm_base_url,
+                                getattr(self, f"llm_fallback_{n}_api_key") or self.llm_api_key,
+                                model))
+        return tuple(out)
+
+    @property
+    def model_secrets(self) -> list[str]:
+        """Every model key, for the log redactor (a fallback's may differ from the primary's)."""
+        return [e.api_key for e in self.endpoints if e.api_key]
+
+    @property
+    def prices(self) -> dict[str, Price]:
+        """LLM_PRICES parsed (load() has checked it parses)."""
+        return parse_prices(self.llm_prices)
+
+    @property
     def db_path(self) -> Path:
         return Path(self.data_dir) / "gantry.db"
 
+
+MAX_BUDGET_TOKENS = 10**13
 
 # Inclusive bounds for integer settings: wide enough for any sane deployment,
 # narrow enough to catch typos such as an extra zero or a negative number.
@@ -111,7 +192,16 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "media_max_total_bytes": (1_000, 10_000_000_000_000),
     "document_timeout_seconds": (1, 600),
     "backup_keep": (1, 10_000),
+    "speech_max_chars": (50, 100_000),
+    "budget_daily_tokens": (0, MAX_BUDGET_TOKENS),
+    "budget_monthly_tokens": (0, MAX_BUDGET_TOKENS),
+    "budget_auto_daily_tokens": (0, MAX_BUDGET_TOKENS),
+    "budget_auto_monthly_tokens": (0, MAX_BUDGET_TOKENS),
+    "budget_warn_percent": (1, 100),
 }
+BUDGET_COSTS = ("budget_daily_cost", "budget_monthly_cost", "budget_auto_daily_cost",
+                "budget_auto_monthly_cost")
+MAX_BUDGET_COST = 1_000_000.0  # USD a period: anything above is a typo
 _DURATION = re.compile(r"([0-9]+)\s*([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 BACKUP_EVERY_BOUNDS = (5, 366 * 86400)
@@ -194,6 +284,39 @@ def _parse_users(name: str, raw: str, problems: list[str]) -> tuple[int, ...] | 
     return tuple(dict.fromkeys(int(p) for p in items))
 
 
+def _parse_cost(name: str, raw: str, problems: list[str]) -> float | None:
+    try:
+        value = float(raw.strip().removeprefix("$"))
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= MAX_BUDGET_COST:  # also NaN
+        problems.append(f"{name} must be an amount of USD between 0 and "
+                        f"{MAX_BUDGET_COST:,.0f}, e.g. 2.50, got {raw[:40]!r}")
+        return None
+    return value
+
+
+_FALLBACK_MODEL = re.compile(r"LLM_FALLBACK_[0-9]+_MODEL")
+
+
+def _unpriced_budgets(values: dict[str, Any], prices: Mapping[str, Price],
+                      env: Mapping[str, str]) -> list[str]:
+    """A cost budget only holds if every chat model has a price: an unpriced call costs 0,
+    so the budget would never be reached. Refused at boot rather than silently unenforced."""
+    costs = [env_name(f) for f in BUDGET_COSTS if values.get(f) is not None]
+    if not costs:
+        return []
+    models = [values.get("llm_model", "")]
+    models += [v.strip() for k, v in env.items() if _FALLBACK_MODEL.fullmatch(k) and v.strip()]
+    missing = [m for m in dict.fromkeys(models) if m and m not in prices]
+    if not missing:
+        return []
+    return [f"{', '.join(costs)} set, but LLM_PRICES has no price for "
+            f"{', '.join(map(repr, missing))}: its calls would cost nothing and the budget "
+            "would never be reached. Add e.g. LLM_PRICES='model=0.15/0.075/0.60' (USD per 1M "
+            "tokens: input/cached/output), or use a BUDGET_…_TOKENS limit instead"]
+
+
 def _check_tz(raw: str, problems: list[str]) -> None:
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -229,6 +352,8 @@ def load(
             parsed: Any = _parse_users(name, raw, problems)
         elif f.name in INT_BOUNDS:
             parsed = _parse_int(name, raw, problems)
+        elif f.name in BUDGET_COSTS:
+            parsed = _parse_cost(name, raw, problems)
         elif isinstance(f.default, bool):
             parsed = _parse_bool(name, raw, problems)
         else:
@@ -254,12 +379,10 @@ def load(
     elif url and _LOGIN.match(url):
         problems.append(URL_LOGIN_PROBLEM)
 
-    transcribe_url = values.get("llm_transcribe_base_url")
-    if transcribe_url and not re.match(r"https?://[^/\s]+", transcribe_url):
-        problems.append("LLM_TRANSCRIBE_BASE_URL must start with http:// or https://, got "
-                        f"{hide_login(transcribe_url)[:80]!r}")
-    elif transcribe_url and _LOGIN.match(transcribe_url):
-        problems.append(URL_LOGIN_PROBLEM.replace("LLM_BASE_URL", "LLM_TRANSCRIBE_BASE_URL", 1))
+    for name in ("LLM_TRANSCRIBE_BASE_URL", "LLM_SPEECH_BASE_URL",
+                 *(f"LLM_FALLBACK_{n}_BASE_URL" for n in range(1, FALLBACK_MAX + 1))):
+        _check_url(name, values.get(name.lower()), problems)
+    problems += _fallback_problems(env, values)
 
     channel = values.get("channel", "telegram")
     if channel not in CHANNELS:
@@ -281,6 +404,13 @@ def load(
         )
     else:
         values["telegram_groups"] = groups
+
+    followups = values.get("followups", "steer").lower()
+    if followups not in FOLLOWUP_MODES:
+        problems.append(
+            f"FOLLOWUPS must be one of {', '.join(FOLLOWUP_MODES)}, got {followups[:40]!r}")
+    else:
+        values["followups"] = followups
 
     level = values.get("log_level", "info").lower()
     if level not in LOG_LEVELS:
@@ -311,6 +441,13 @@ def load(
         problems.append("BACKUP_EVERY must be a number and a unit (s, m, h, d, w) between 5s "
                         f"and 366d, e.g. 1d or 12h, got {values.get('backup_every', '')[:40]!r}")
 
+    try:
+        prices = parse_prices(values.get("llm_prices", ""))
+    except PricesError as exc:
+        problems.append(str(exc))
+    else:
+        problems += _unpriced_budgets(values, prices, env)
+
     if proxy_env is not None:
         from gantry import proxyenv
 
@@ -319,6 +456,45 @@ def load(
     if problems:
         raise ConfigError(problems)
     return Config(**values)
+
+
+def _check_url(name: str, url: str | None, problems: list[str]) -> None:
+    """An optional endpoint URL: http(s), with no login in it (see URL_LOGIN_PROBLEM)."""
+    if url and not re.match(r"https?://[^/\s]+", url):
+        problems.append(f"{name} must start with http:// or https://, got "
+                        f"{hide_login(url)[:80]!r}")
+    elif url and _LOGIN.match(url):
+        problems.append(URL_LOGIN_PROBLEM.replace("LLM_BASE_URL", name, 1))
+
+
+def _fallback_problems(env: Mapping[str, str], values: dict[str, Any]) -> list[str]:
+    """The fallback list must be numbered 1…FALLBACK_MAX with no gap, each entry naming its
+    model: a typo'd or out-of-range name would otherwise be ignored in silence."""
+    problems: list[str] = []
+    for name in sorted(env):
+        if not name.startswith("LLM_FALLBACK_") or not env[name].strip():
+            continue
+        m = _FALLBACK_NAME.fullmatch(name)
+        if name == "LLM_FALLBACK_NOTICE":
+            continue
+        if m is None:
+            problems.append(f"{name} is not a setting: fallback models are named "
+                            "LLM_FALLBACK_<n>_MODEL, LLM_FALLBACK_<n>_BASE_URL and "
+                            f"LLM_FALLBACK_<n>_API_KEY, n from 1 to {FALLBACK_MAX}")
+        elif not 1 <= int(m.group(1)) <= FALLBACK_MAX or m.group(1).startswith("0"):
+            problems.append(f"{name}: fallback models are numbered 1 to {FALLBACK_MAX} "
+                            f"(at most {FALLBACK_MAX} fallbacks)")
+    for n in range(1, FALLBACK_MAX + 1):
+        model = values.get(f"llm_fallback_{n}_model")
+        if not model:
+            for part in ("base_url", "api_key"):
+                if values.get(f"llm_fallback_{n}_{part}"):
+                    problems.append(f"LLM_FALLBACK_{n}_{part.upper()} is set but "
+                                    f"LLM_FALLBACK_{n}_MODEL is not: name the model too")
+        elif n > 1 and not values.get(f"llm_fallback_{n - 1}_model"):
+            problems.append(f"LLM_FALLBACK_{n}_MODEL is set but LLM_FALLBACK_{n - 1}_MODEL is "
+                            "not: number the fallback models from 1, with no gap")
+    return problems
 
 
 def hide_login(url: str) -> str:

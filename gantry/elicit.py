@@ -377,15 +377,34 @@ async def converse_form(dialog: Dialog, caller: Caller, server: str, message: st
     try:
         if await _choose(dialog, caller, intro, (ANSWER, DECLINE), timeout) == DECLINE:
             raise _Ended("decline")
-        content: dict[str, Value] = {}
-        for i, f in enumerate(wanted, 1):
-            answered, value = await _field(dialog, caller, f, i, len(wanted), timeout)
-            if answered and value is not None:
-                content[f.key] = value
+        content = await _fields(dialog, caller, wanted, timeout)
     except _Ended as end:
         await _said(dialog, caller, end.action)
         return Outcome(end.action, answered=end.answered)
     await _said(dialog, caller, "accept")
+    return Outcome("accept", content)
+
+
+async def _fields(dialog: Dialog, caller: Caller, wanted: Sequence[Field],
+                  timeout: float) -> dict[str, Value]:
+    content: dict[str, Value] = {}
+    for i, f in enumerate(wanted, 1):
+        answered, value = await _field(dialog, caller, f, i, len(wanted), timeout)
+        if answered and value is not None:
+            content[f.key] = value
+    return content
+
+
+async def ask_fields(dialog: Dialog, caller: Caller, intro: str, wanted: Sequence[Field],
+                     timeout: float) -> Outcome:
+    """The user's own request's questions (an MCP prompt's missing arguments): `intro` told,
+    then each field in turn, as a server's form asks them; "Cancelled." when it ends early."""
+    await dialog.tell(caller, intro)
+    try:
+        content = await _fields(dialog, caller, wanted, timeout)
+    except _Ended as end:
+        await _said(dialog, caller, end.action)
+        return Outcome(end.action, answered=end.answered)
     return Outcome("accept", content)
 
 

@@ -1,12 +1,13 @@
-"""Prompt assembly (pure): persona, memory block and summary, then bounded history.
+"""Prompt assembly (pure): persona and summary, then bounded history, then the turn's context.
 
 All system content goes into ONE leading system message: several local chat templates
 reject a system message anywhere but first, and a few reject more than one.
 
-The current time goes at the END of the newest user message (a footer), never into the
-system block: providers cache prompt prefixes, and a timestamp up front would make every
-turn a cache miss. Everything before the newest user message stays byte-identical from one
-turn to the next unless persona, memory or summary changed.
+What changes every turn — the current time and the memory recalled for this message — goes
+at the END of the newest user message (a footer), never into the system block: providers
+cache prompt prefixes, and a timestamp or a recall up front would make every turn a cache
+miss. Everything before the newest user message stays byte-identical from one turn to the
+next unless the persona or the summary changed (tests/test_prefix.py).
 """
 
 from __future__ import annotations
@@ -58,11 +59,13 @@ def local_minute(now: float, zone: tzinfo) -> datetime:
     return moment.replace(second=0, microsecond=0)
 
 
-def time_footer(now: float, zone: tzinfo, scheduled_for: float | None = None) -> str:
+def time_footer(now: float, zone: tzinfo, scheduled_for: float | None = None,
+                context: str = "") -> str:
     """The per-turn time block: local date and time to the minute, weekday, UTC offset and
     zone, then the dates "tomorrow", "Monday" and "next week" mean, so the model needs no
     calendar arithmetic. Dates come from the local calendar (not +24 h), so a DST change day
-    is still one day. `scheduled_for` marks a turn the scheduler started."""
+    is still one day. `scheduled_for` marks a turn the scheduler started; `context` (the
+    channel's lines for this turn, a user's reaction) follows the time."""
     moment = local_minute(now, zone)
     today = moment.date()
     monday = today - timedelta(days=today.weekday())
@@ -85,6 +88,8 @@ def time_footer(now: float, zone: tzinfo, scheduled_for: float | None = None) ->
             f"This turn was started by the scheduler, not typed by the user; it was due "
             f"{_day(due.date())} {due.strftime('%H:%M')} {_offset(due)}."
         )
+    if context.strip():
+        lines.append(context.strip())
     return "\n\n" + "\n".join(lines)
 
 
@@ -107,6 +112,17 @@ def system_text(persona: str, memory_block: str = "", summary: str = "") -> str:
     return "\n\n".join(parts)
 
 
+def with_memory(footer: str, memory_block: str, persona: bool) -> str:
+    """The turn's footer with the memory recalled for its message after the time block
+    (and, with a persona, the note that the persona outranks memory)."""
+    block = memory_block.strip()
+    if not block:
+        return footer
+    if not footer:
+        footer = "\n\n" + TIME_MARK
+    return f"{footer}\n\n{block}" + (f"\n\n{PRECEDENCE}" if persona else "")
+
+
 def assemble(
     *,
     persona: str,
@@ -125,8 +141,9 @@ def assemble(
     The token budget for history is HISTORY_MAX_TOKENS minus the system block, so the
     whole prompt stays within the cap (except a lone over-long user message).
     """
-    system = system_text(persona, memory_block, summary)
-    budget = max(0, max_tokens - est_tokens(len(system)))
+    system = system_text(persona, "", summary)
+    footer = with_memory(footer, memory_block, bool(persona.strip()))
+    budget = max(0, max_tokens - est_tokens(len(system) + len(footer)))
     turn = [*history]
     if footer:
         for i in range(len(turn) - 1, -1, -1):

@@ -2,7 +2,7 @@
 
 Boot is fail-fast: any problem prints one clear message and exits 1. Shutdown on
 SIGTERM/SIGINT stops receiving, lets the in-flight turn finish (bounded), then cancels
-every task and exits 0. SIGHUP reloads the persona.
+every task and exits 0. SIGHUP reloads the persona and its skills.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class PersonaHolder:
 
 def build_channel(
     cfg: Config, conn: Any, ssl_context: ssl.SSLContext | None = None, agent: Any = None,
-    media: Any = None,
+    media: Any = None, speech: Any = None,
 ) -> Any:
     """The configured channel; aiogram is imported only for CHANNEL=telegram."""
     if cfg.channel == "stdio":
@@ -68,7 +68,8 @@ def build_channel(
             return Intro(cfg.llm_model, tools, count, summary)
 
         return StdioChannel(stream_replies=cfg.stream_replies,
-                            intro=intro if agent is not None else None, media=media)
+                            intro=intro if agent is not None else None, media=media,
+                            followups=cfg.followups, speech=speech)
     from gantry.channel.telegram import TelegramChannel
 
     return TelegramChannel(
@@ -80,6 +81,9 @@ def build_channel(
         stream_replies=cfg.stream_replies,
         ssl_context=ssl_context,
         media=media,
+        followups=cfg.followups,
+        speech=speech,
+        reactions=cfg.telegram_reactions,
     )
 
 
@@ -112,7 +116,8 @@ def _mark_stopped(conn: Any) -> None:
 
 
 async def _signals(
-    tg: TaskGroup, receive: anyio.CancelScope, agent: Any, turns: Turns, persona: PersonaHolder
+    tg: TaskGroup, receive: anyio.CancelScope, agent: Any, turns: Turns, persona: PersonaHolder,
+    skills: Any = None,
 ) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
@@ -123,6 +128,8 @@ async def _signals(
                     log.error(
                         "persona reload failed; keeping the old one", extra={"error": str(exc)}
                     )
+                if skills is not None:  # gantry.skills.catalog.Skills: never raises
+                    skills.load()
                 continue
             log.info("shutdown requested", extra={"signal": signal.Signals(signum).name})
             turns.closing = True
@@ -218,7 +225,9 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
     from gantry import sdnotify
     from gantry.agent import Agent
     from gantry.cron.tools import zone as user_zone
-    from gantry.model.client import Provider
+    from gantry.model import fallback
+    from gantry.model.ledger import start as start_ledger
+    from gantry.model.usage_view import plug as plug_usage
     from gantry.session import SessionStore
     from gantry.tls import TLSConfigError, ca_context
     from gantry.tools import Registry, offered
@@ -229,7 +238,8 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
         tls = ca_context()
     except TLSConfigError as exc:
         raise BootError(str(exc)) from None
-    provider = Provider(cfg.llm_base_url, cfg.llm_api_key, cfg.llm_model, verify=tls)
+    meter = start_ledger(conn, cfg.prices)  # rows a kill left open are closed as lost
+    provider = fallback.build(cfg.endpoints, verify=tls, meter=meter)  # then LLM_FALLBACK_*
     registry = Registry(result_max_chars=cfg.tool_result_max_chars)
     from gantry.outbox import Outbox
 
@@ -248,14 +258,32 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
         router=build_router(cfg, registry, mcp_host),
         zone=user_zone(cfg.cron_tz),
         outbox=outbox,
+        model_status=provider.status,
+        model_notice=provider.notice if cfg.llm_fallback_notice else None,
     )
+    from gantry.mcp.prompt_command import PromptCommands
+    from gantry.slash import SlashCommands
+
+    prompts = PromptCommands(mcp_host, float(cfg.elicitation_timeout_seconds)).commands()
+    agent.commands.append(SlashCommands(prompts))
     from gantry.media.build import reader_for
 
-    media = reader_for(cfg, tls)
+    media = reader_for(cfg, tls, provider.meter)
     media.prune()  # kept media past MEDIA_KEEP_DAYS or over MEDIA_MAX_TOTAL_BYTES
-    channel = build_channel(cfg, conn, tls, agent, media)
+    from gantry.media.speech import speaker_for
+
+    channel = build_channel(cfg, conn, tls, agent, media, speaker_for(cfg, tls, meter))
     if mcp_host is not None:
         mcp_host.elicitor.attach(channel)  # servers' questions are asked through it
+        from gantry.mcp.taskbook import TaskBook
+
+        task_book = TaskBook(conn)
+        mcp_host.use_tasks(task_book)  # tool calls made as tasks survive a restart
+    from gantry.model.budget import plug as plug_budget
+
+    budget = plug_budget(cfg, conn, provider.meter, agent.zone, channel)
+    if budget is not None:
+        agent.status_lines.append(budget.status)
     turns = Turns(settle=agent.sessions.settle_stopped)
     respond = turns.wrap(agent)
     cron = None
@@ -263,12 +291,20 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
         from gantry import cron as cron_mod
 
         cron = cron_mod.setup(cfg, conn, registry, respond, channel)
+        cron.ticker.gate = budget.admit if budget is not None else None
         agent.status_lines.append(cron.status)
         if mcp_host is not None and cfg.watch_max > 0:  # watches ride the cron ticker
             from gantry import watch
 
             watches = watch.setup(cfg, conn, registry, mcp_host, cron.ticker, channel.can_push)
             agent.status_lines.append(watches.status)
+        if mcp_host is not None:  # late task results, pushed to the chat
+            from gantry.mcp.finisher import Finisher
+
+            cron.ticker.riders.append(Finisher(task_book, mcp_host, cron.ticker, outbox.keep))
+    from gantry.skills.wiring import setup as setup_skills
+
+    skills = setup_skills(cfg.persona_dir, registry, agent.router, agent)
     from gantry.store import schedule
 
     backups = schedule.setup(cfg)
@@ -276,7 +312,8 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
         agent.private_status_lines.append(backups.status)
     log.info(
         "gantry starting",
-        extra={"version": __version__, "channel": cfg.channel, "model": cfg.llm_model},
+        extra={"version": __version__, "channel": cfg.channel, "model": cfg.llm_model,
+               "fallbacks": [e.model for e in cfg.endpoints[1:]]},
     )
 
     def ready() -> None:
@@ -294,11 +331,14 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
             tg.start_soon(_heartbeat, conn)
             tg.start_soon(agent.run_folds)
             await _memory(cfg, conn, tg, agent, provider, persona, mcp_host)  # after MCP
-            tg.start_soon(_signals, tg, receive, agent, turns, persona)
+            plug_usage(agent, conn)  # /usage, and today's line last in /status
+            tg.start_soon(_signals, tg, receive, agent, turns, persona, skills)
             if cron is not None:
                 tg.start_soon(cron.run)
             if backups is not None:
                 tg.start_soon(backups.run)
+            if budget is not None:
+                tg.start_soon(budget.deliver, channel.push)
             with receive:
                 await channel.serve(respond, ready)
             if not receive.cancel_called:  # input ended (EOF): finish up and leave
@@ -374,9 +414,11 @@ def main(env_file: str | None) -> int:
         return 1
     redactor = logsetup.setup(
         log_level(cfg, environ, sys.stderr),
-        [cfg.llm_api_key, cfg.telegram_bot_token, cfg.llm_transcribe_api_key,
-         *logsetup.url_secrets(cfg.llm_base_url),
-         *logsetup.url_secrets(cfg.llm_transcribe_base_url)],
+        [*cfg.model_secrets, cfg.telegram_bot_token, cfg.llm_transcribe_api_key,
+         cfg.llm_speech_api_key,
+         *(s for e in cfg.endpoints for s in logsetup.url_secrets(e.base_url)),
+         *logsetup.url_secrets(cfg.llm_transcribe_base_url),
+         *logsetup.url_secrets(cfg.llm_speech_base_url)],
         fmt=cfg.log_format,
     )
     from gantry.db import DatabaseError

@@ -61,13 +61,39 @@ MEANINGS: dict[str, str] = {
     "llm_transcribe_model": "set (e.g. whisper-1) to transcribe voice notes and audio",
     "llm_transcribe_base_url": "transcription endpoint root URL; empty: LLM_BASE_URL",
     "llm_transcribe_api_key": "transcription key (secret); empty: LLM_API_KEY",
+    "llm_speech_model": "set (e.g. tts-1) to answer voice notes, or after /voice on, in voice too",
+    "llm_speech_voice": "the voice the speech endpoint is asked for",
+    "llm_speech_base_url": "speech endpoint root URL; empty: LLM_BASE_URL",
+    "llm_speech_api_key": "speech key (secret); empty: LLM_API_KEY",
+    "speech_max_chars": "characters of one reply spoken at most; the rest stays text",
+    "telegram_reactions": "a reaction on messages being answered; users' reactions as feedback",
+    "llm_prices": "USD per 1M tokens per model, model=input/cached/output; ... (docs/models.md)",
     "backup_dir": "set: gantry run writes a backup of gantry.db here every BACKUP_EVERY",
     "backup_every": "how often: a number and s, m, h, d or w (5s to 366d)",
     "backup_keep": "how many scheduled backups to keep (the oldest are deleted)",
+    "followups": "steer: a message sent while a reply is written joins it; queue: its own turn",
+    "budget_daily_tokens": "tokens a day, all sources (unset: no limit; docs/models.md Budgets)",
+    "budget_daily_cost": "USD a day, all sources (needs LLM_PRICES; unset: no limit)",
+    "budget_monthly_tokens": "tokens a month, all sources (unset: no limit)",
+    "budget_monthly_cost": "USD a month, all sources (unset: no limit)",
+    "budget_auto_daily_tokens": "tokens a day for cron, watches, consolidation (unset: no limit)",
+    "budget_auto_daily_cost": "USD a day for cron, watches and consolidation (unset: no limit)",
+    "budget_auto_monthly_tokens": "tokens a month for the autonomous sources (unset: no limit)",
+    "budget_auto_monthly_cost": "USD a month for the autonomous sources (unset: no limit)",
+    "budget_warn_percent": "the owner is warned once a period at this share of a limit",
+    "budget_owner_through": "true: the owner's own chat is answered past a limit",
+    "llm_fallback_notice": "true: a reply a fallback model wrote says so in a last line",
+    **{f"llm_fallback_{n}_{part}": meaning.format(n=n, nth=nth) for n, nth in enumerate(
+        ("first", "second", "third", "fourth", "fifth"), start=1) for part, meaning in (
+        ("model", "the {nth} fallback model, used while the ones before it fail"),
+        ("base_url", "fallback {n}'s root URL; empty: LLM_BASE_URL"),
+        ("api_key", "fallback {n}'s key (secret; never logged); empty: LLM_API_KEY"))},
 }
 
 
 def _default_text(value: object) -> str:
+    if value is None:  # unset (a budget): no limit
+        return ""
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, tuple):

@@ -22,6 +22,7 @@ from gantry.model.messages import (
     decode_messages,
     encode,
 )
+from gantry.steer import is_followup
 
 KEEP_TOOL_RESULTS = 4
 STOPPED_RESULT = "error: the user stopped the turn before this call finished"
@@ -93,10 +94,12 @@ def _groups(history: Sequence[Message]) -> list[list[int]]:
 
 
 def _turns(groups: list[list[int]], history: Sequence[Message]) -> list[list[list[int]]]:
-    """Units grouped into turns; a turn starts at each user message."""
+    """Units grouped into turns; a turn starts at each user message (not at a follow-up
+    folded into the turn before it: gantry.steer)."""
     turns: list[list[list[int]]] = []
     for g in groups:
-        if isinstance(history[g[0]], UserMessage) or not turns:
+        first = history[g[0]]
+        if (isinstance(first, UserMessage) and not is_followup(first)) or not turns:
             turns.append([g])
         else:
             turns[-1].append(g)
@@ -308,7 +311,7 @@ class SessionStore:
         (stopped before its message was recorded)."""
         _ids, history = self.load(session_id)
         tail = history[current_turn_start(history):]
-        users = [m for m in tail if isinstance(m, UserMessage)]
+        users = [m for m in tail if isinstance(m, UserMessage) and not is_followup(m)]
         if not users or users[-1].text != text:
             return False
         closing: list[Message] = [ToolMessage(tool_call_id=c.id, content=STOPPED_RESULT)

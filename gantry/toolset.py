@@ -31,6 +31,7 @@ class Listing:
     catalog: list[Any]  # routed MCP tools beyond the offer (empty when everything is offered)
     task_only: list[str]  # MCP tools that need task-augmented calls: never offered
     unavailable: list[tuple[str, str]] = field(default_factory=list)  # optional servers down
+    eras: list[tuple[str, str]] = field(default_factory=list)  # (server, protocol version)
 
 
 class _NoChannel:
@@ -82,6 +83,9 @@ async def collect(cfg: Config, environ: Mapping[str, str]) -> Listing:
                         watch.setup(cfg, conn, registry, host, scheduler.ticker,
                                     lambda chat_id: False)
                 await build_memory(cfg, conn, registry, None, None, host)
+                from gantry.skills.wiring import setup as setup_skills
+
+                setup_skills(cfg.persona_dir, registry, router)
             except (BootError, ValueError) as exc:  # ValueError: a bad MEMORY_BACKEND
                 failed = exc
             tg.cancel_scope.cancel()
@@ -96,8 +100,10 @@ async def collect(cfg: Config, environ: Mapping[str, str]) -> Listing:
     catalog = [t for t in registry.tools() if offer.routed and t.source.mcp
                and t.name not in shown]
     task_only = sorted(lt.exposed for s in (host.servers.values() if host else ())
-                       for lt in s.listed.values() if lt.needs_task and lt.name not in s.hidden)
-    return Listing(offer, catalog, task_only, down)
+                       for lt in s.listed.values()
+                       if lt.needs_task and lt.name not in s.hidden and not s.catalog.runs_tasks)
+    eras = [(s.name, s.protocol) for s in (host.servers.values() if host else ()) if s.protocol]
+    return Listing(offer, catalog, task_only, down, eras)
 
 
 def _line(tool: Any, width: int, mark: str) -> str:
@@ -140,7 +146,12 @@ def main(env_file: str | None) -> int:
     for tool in listing.catalog:
         print(_line(tool, width, f"{tool.source.name}, routed"))
     for name in listing.task_only:
-        print(f"not offered: {name} (it can only be called as a task, which gantry does not do)")
+        print(f"not offered: {name} (it can only be called as a task, and its server "
+              "offers no tasks)")
+    from gantry.mcp.era import describe as era
+
+    for server, version in listing.eras:
+        print(f"MCP server {server} speaks {era(version)}")
     for server, error in listing.unavailable:
         print(f"not connected: MCP server {server} (optional; its tools are missing): {error}")
     print(listing.offer.summary())

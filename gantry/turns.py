@@ -49,6 +49,30 @@ class _Turn:
 
 
 _CURRENT: ContextVar[_Turn | None] = ContextVar("gantry_turn", default=None)
+# The recorded tool call running here, (session id, tool call id): what a call made as an
+# MCP task is keyed by in gantry.db (gantry/mcp/tasks.py), so a restart finds its task.
+_CALL: ContextVar[tuple[str, str] | None] = ContextVar("gantry_call", default=None)
+
+
+def current_call() -> tuple[str, str] | None:
+    return _CALL.get()
+
+
+def stopped_by_user() -> bool:
+    """Whether the running turn is being stopped by its user (not cut by a shutdown: a
+    turn cut so is retried after the restart, and its MCP tasks with it)."""
+    turn = _CURRENT.get()
+    return turn is not None and turn.stopping
+
+
+@contextmanager
+def recorded_call(session_id: str, call_id: str) -> Iterator[None]:
+    """Mark the block as running the tool call `call_id` of the conversation `session_id`."""
+    token = _CALL.set((session_id, call_id))
+    try:
+        yield
+    finally:
+        _CALL.reset(token)
 
 
 @contextmanager

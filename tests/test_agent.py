@@ -294,10 +294,10 @@ async def test_group_messages_get_no_memory_block(fake: FakeOpenAI, tmp_path: Pa
 
     agent = make_agent(fake, tmp_path, memory_block=memory)
     assert await agent(msg("in private")) == "echo: in private"
-    assert "ExampleBank" in fake.last_request.messages[0]["content"]
+    assert "ExampleBank" in fake.last_request.messages[-1]["content"]  # the turn's footer
     group = Inbound(channel="test", chat_id="-100", user_id="u", text="in a group", group=True)
     assert await agent(group) == "echo: in a group"
-    assert "ExampleBank" not in fake.last_request.messages[0]["content"]
+    assert "ExampleBank" not in str(fake.last_request.messages)
     assert recalled == ["in private"]
 
 

@@ -32,7 +32,8 @@ TOKEN = "123456789:AAE_fake-token-for-tests-only_xyz"
 USER = 4242
 # The method modules gantry.channel.telegram sends through, plus aiogram.methods.base.
 CHANNEL_METHODS = {"base", "get_me", "delete_webhook", "set_my_commands", "get_updates",
-                   "send_chat_action", "send_message", "edit_message_text"}
+                   "send_chat_action", "send_message", "edit_message_text",
+                   "set_message_reaction"}  # (TELEGRAM_REACTIONS defaults on)
 
 
 @pytest.fixture(scope="module")

@@ -115,6 +115,32 @@ def test_unreachable_url(tmp_path: Path) -> None:
     assert "cannot reach LLM_BASE_URL" in _line(result.stdout, "model")
 
 
+def test_every_fallback_model_is_probed_on_its_own_line(tmp_path: Path) -> None:
+    """The primary and each fallback probed alike; a fallback's own key reaches its endpoint
+    and is never shown; a dead fallback is a FAIL line naming its settings."""
+    from tests.fakes.openai import dead_base_url
+
+    fb_key = "sk-check-fallback-secret-9876543210"
+    with FakeOpenAI(api_key=KEY) as model, FakeOpenAI(api_key=fb_key) as other:
+        result = _check(_env(tmp_path, model.base_url, LLM_FALLBACK_1_MODEL="small-model",
+                             LLM_FALLBACK_2_MODEL="cloud-model",
+                             LLM_FALLBACK_2_BASE_URL=other.base_url,
+                             LLM_FALLBACK_2_API_KEY=fb_key,
+                             LLM_FALLBACK_3_MODEL="gone-model",
+                             LLM_FALLBACK_3_BASE_URL=dead_base_url()))
+        asked = [r.body["model"] for r in model.requests + other.requests]
+    assert result.returncode == 1, result.stdout
+    assert fb_key not in result.stdout + result.stderr
+    assert "(+3 fallback models)" in _line(result.stdout, "config")
+    assert "fake-model answered" in _line(result.stdout, "model")
+    assert _line(result.stdout, "model fallback 1").startswith("ok")
+    assert "cloud-model at 127.0.0.1 answered" in _line(result.stdout, "model fallback 2")
+    dead = _line(result.stdout, "model fallback 3")
+    assert dead.startswith("FAIL") and "cannot reach LLM_FALLBACK_3_BASE_URL" in dead
+    assert asked == ["fake-model", "small-model", "cloud-model"]
+    assert result.stdout.rstrip().endswith("1 check(s) failed")
+
+
 def test_https_to_a_plain_http_port_says_it_does_not_speak_tls(tmp_path: Path) -> None:
     with FakeOpenAI(api_key=KEY) as model:
         url = model.base_url.replace("http://", "https://", 1)
@@ -252,7 +278,7 @@ def test_mcp_servers_are_started_listed_and_stopped(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "2 server(s)" in _line(result.stdout, "mcp manifest")
     ok = _line(result.stdout, "mcp fx")
-    assert ok.startswith("ok") and "tools, stopped again" in ok
+    assert ok.startswith("ok") and "tools, stopped again; speaks MCP 2026-07-28 (stateless)" in ok
     bad = _line(result.stdout, "mcp broken")
     assert bad.startswith("FAIL") and "broken" in bad
 

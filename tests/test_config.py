@@ -39,7 +39,7 @@ def test_defaults_match_spec() -> None:
     assert cfg.cron_enabled is True and cfg.cron_tz == "UTC"
     assert (cfg.cron_max_jobs, cfg.cron_tick_seconds) == (50, 15)
     assert cfg.stream_replies is False and cfg.log_level == "info"
-    assert cfg.telegram_groups == "off"
+    assert cfg.telegram_groups == "off" and cfg.followups == "steer"
     assert cfg.log_format == "auto"
     assert cfg.elicitation_timeout_seconds == 300
     assert config.load({**BASE, **TG}).telegram_allowed_users == (42,)
@@ -59,7 +59,16 @@ def test_field_names_are_the_spec_variables() -> None:
         "LOG_LEVEL", "LOG_FORMAT", "ELICITATION_TIMEOUT_SECONDS",
         "MEDIA_MAX_BYTES", "MEDIA_KEEP_DAYS", "MEDIA_MAX_TOTAL_BYTES", "DOCUMENT_TIMEOUT_SECONDS",
         "LLM_TRANSCRIBE_MODEL", "LLM_TRANSCRIBE_BASE_URL", "LLM_TRANSCRIBE_API_KEY",
-        "BACKUP_DIR", "BACKUP_EVERY", "BACKUP_KEEP",
+        "BACKUP_DIR", "BACKUP_EVERY", "BACKUP_KEEP", "LLM_FALLBACK_NOTICE", "FOLLOWUPS",
+        *(f"LLM_FALLBACK_{n}_{part}" for n in range(1, 6)
+          for part in ("MODEL", "BASE_URL", "API_KEY")),
+        "LLM_SPEECH_MODEL", "LLM_SPEECH_VOICE", "LLM_SPEECH_BASE_URL", "LLM_SPEECH_API_KEY",
+        "SPEECH_MAX_CHARS", "TELEGRAM_REACTIONS",
+        "LLM_PRICES",
+        "BUDGET_DAILY_TOKENS", "BUDGET_DAILY_COST", "BUDGET_MONTHLY_TOKENS",
+        "BUDGET_MONTHLY_COST", "BUDGET_AUTO_DAILY_TOKENS", "BUDGET_AUTO_DAILY_COST",
+        "BUDGET_AUTO_MONTHLY_TOKENS", "BUDGET_AUTO_MONTHLY_COST", "BUDGET_WARN_PERCENT",
+        "BUDGET_OWNER_THROUGH",
     }
 
 
@@ -164,6 +173,7 @@ valid_env = st.fixed_dictionaries(
         "MEMORY_BACKEND": st.sampled_from(["builtin", "mcp:aigpt", "mcp:mem_1"]),
         "LOG_LEVEL": st.sampled_from(["debug", "INFO", "warning", "error"]),
         "TELEGRAM_GROUPS": st.sampled_from(["off", "mention", "Mention", "OFF"]),
+        "FOLLOWUPS": st.sampled_from(["steer", "queue", "Queue", "STEER"]),
         "LOG_FORMAT": st.sampled_from(["auto", "JSON", "text"]),
     },
 )
@@ -179,7 +189,7 @@ def test_valid_environments_round_trip(env: dict[str, str]) -> None:
             assert value == (raw.lower() in {"true", "1", "yes", "on"})
         elif isinstance(value, int):
             assert value == int(raw)
-        elif key in ("LOG_LEVEL", "TELEGRAM_GROUPS", "LOG_FORMAT"):
+        elif key in ("LOG_LEVEL", "TELEGRAM_GROUPS", "LOG_FORMAT", "FOLLOWUPS"):
             assert value == raw.lower()
         else:
             assert value == raw
@@ -197,6 +207,7 @@ bad_value = {
     "MEMORY_BACKEND": st.sampled_from(["mcp:", "sqlite", "mcp:bad name", "vector"]),
     "LOG_LEVEL": st.sampled_from(["loud", "trace"]),
     "TELEGRAM_GROUPS": st.sampled_from(["on", "all", "mentions", "true"]),
+    "FOLLOWUPS": st.sampled_from(["fold", "merge", "true"]),
     "LOG_FORMAT": st.sampled_from(["yaml", "pretty"]),
     "LLM_BASE_URL": st.sampled_from(["ftp://x", "localhost:11434", "http://"]),
 }

@@ -278,6 +278,14 @@ def test_k8s_configmap_carries_the_sample_files() -> None:
     assert data["mcp.toml"] == (DEPLOY / "mcp.toml").read_text()
     for md in sorted((DEPLOY / "persona").glob("*.md")):
         assert data[md.name] == md.read_text(), md.name
+    items = {i["key"]: i["path"] for v in _deployment()["spec"]["template"]["spec"]["volumes"]
+             if v["name"] == "persona" for i in v["configMap"]["items"]}
+    skills = DEPLOY / "persona"
+    for path in sorted((skills / "skills").rglob("*")):  # each file of the sample skills
+        if path.is_file():
+            rel = path.relative_to(skills).as_posix()
+            key = rel.replace("/", ".")
+            assert data[key] == path.read_text() and items[key] == rel, rel
 
 
 def test_k8s_secret_feeds_known_variables() -> None:
@@ -376,7 +384,8 @@ def test_env_example_lists_every_variable_with_its_default() -> None:
         value, commented = env[env_name(field)]
         if not commented:
             continue  # an active sample value (e.g. TELEGRAM_*), not a default
-        expected = str(default).lower() if isinstance(default, bool) else str(default)
+        expected = ("" if default is None else str(default).lower() if isinstance(default, bool)
+                    else str(default))
         assert value == expected, f"{env_name(field)}: {value!r} != default {expected!r}"
 
 

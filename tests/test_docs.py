@@ -15,13 +15,15 @@ DOC = Path(__file__).parent.parent / "docs" / "configuration.md"
 def _rows() -> dict[str, tuple[str, str]]:
     rows = {}
     for line in DOC.read_text().splitlines():
-        m = re.match(r"\| `([A-Z_]+)` \| ([^|]+) \| ([^|]+) \|", line)
+        m = re.match(r"\| `([A-Z][A-Z0-9_]*)` \| ([^|]+) \| ([^|]+) \|", line)
         if m:
             rows[m.group(1)] = (m.group(2).strip(), m.group(3).strip())
     return rows
 
 
 def _doc_default(value: object) -> str:
+    if value is None:  # an optional limit (BUDGET_*): no default, no limit
+        return "unset"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
     if isinstance(value, str):

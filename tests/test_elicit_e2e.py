@@ -123,7 +123,8 @@ def test_telegram_form_cancel_timeout_and_scheduled(
         "untitledSingleSelectEnum": "Joey", "untitledMultipleSelectEnum": ["Guitar", "Violin"],
         "titledSingleSelectEnum": "hero-3", "titledMultipleSelectEnum": ["fish-1"],
         "legacyTitledEnum": "pet-2"}}
-    assert tg.calls("getUpdates")[-1].params["allowed_updates"] == ["message", "callback_query"]
+    assert tg.calls("getUpdates")[-1].params["allowed_updates"] == [
+        "message", "callback_query", "message_reaction"]
     # Every press was answered; the foreign and the stale one with a notice, not an answer.
     wait(lambda: len(tg.queries) == 11, what="every press answered")
     notices = list(tg.queries.values())

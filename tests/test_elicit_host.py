@@ -265,7 +265,9 @@ async def nagging(dialog: Script, *, question_timeout: float,
     from tests.fakes.mcp_servers import python_fixture_toml
 
     elicitor = Elicitor(timeout=question_timeout, dialogs={"stdio": dialog})
-    async with served(python_fixture_toml("fx", timeout=call_timeout), elicitor) as host:
+    # elicitation/create is the 2025 handshake era's way to ask (2026 asks with MRTR).
+    manifest = python_fixture_toml("fx", timeout=call_timeout) + 'protocol = "2025"\n'
+    async with served(manifest, elicitor) as host:
         yield host
 
 

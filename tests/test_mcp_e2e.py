@@ -218,20 +218,23 @@ def test_tools_list_is_what_the_model_is_offered(
     assert listing.returncode == 0, listing.stderr
     lines = listing.stdout.splitlines()
     summary = lines[-1]
-    rows = [line for line in lines[:-1] if not line.startswith("not offered: ")]
+    rows = [line for line in lines[:-1] if not line.startswith(("not offered: ", "MCP server "))]
+    assert "MCP server every speaks MCP 2025-11-25 (handshake)" in lines  # its era
     listed = [line.split()[0] for line in rows]
-    assert "not offered: every__simulate-research-query (it can only be called as a task, " \
-        "which gantry does not do)" in lines
+    # Issue 42 #4: a task-only tool is offered now (gantry calls it as a task).
+    assert "every__simulate-research-query" in listed
+    assert not [line for line in lines if line.startswith("not offered: ")]
     marks = {line.split()[0]: line.split("tokens", 1)[1].split()[0:2] for line in rows}
     assert marks["memory_store"] == ["built", "in"] and marks["cron_list"] == ["built", "in"]
     assert marks["memory__echo"][0] == "memory" and marks["every__echo"][0] == "every"
     builtin = [n for n in listed if "__" not in n]
     assert builtin == ["cron_cancel", "cron_list", "cron_schedule", "memory_forget",
-                       "memory_recall", "memory_store", "send_attachment", "watch_add",
-                       "watch_cancel", "watch_list"]  # send_attachment and watches come
-    # with MCP servers
-    mcp = len(listed) - 10
-    assert summary.startswith(f"tools offered: {len(listed)} (10 built in + {mcp} MCP), ~")
+                       "memory_recall", "memory_store", "resource_list", "resource_read",
+                       "send_attachment", "watch_add", "watch_cancel", "watch_list"]
+    # send_attachment and watches come with MCP servers, the resource tools with
+    # server-everything's resources
+    mcp = len(listed) - 12
+    assert summary.startswith(f"tools offered: {len(listed)} (12 built in + {mcp} MCP), ~")
 
     fake.push(ToolCalls([Call("memory__crash", {}, id="c1")]), Reply("it broke"))
     g.ask("break the memory server", "it broke", timeout=BOOT)
@@ -240,7 +243,7 @@ def test_tools_list_is_what_the_model_is_offered(
     for request in (fake.requests[0], fake.requests[-1]):
         sent = request.body["tools"]
         assert [t["function"]["name"] for t in sent] == listed
-        assert summary == f"tools offered: {len(sent)} (10 built in + {mcp} MCP), " \
+        assert summary == f"tools offered: {len(sent)} (12 built in + {mcp} MCP), " \
             f"~{wire_tokens(sent)} schema tokens per request (est.)"
     g.send("/status")
     assert f"\n{summary}\n" in g.expect("restarts\n")

@@ -84,8 +84,9 @@ cwd = "${{WORK}}"
 def test_a_manifest_cannot_set_what_was_expanded() -> None:
     found = problems(f'[[server]]\nname = "s"\ncommand = "{PY}"\nexpanded = []\n')
     assert found == ["server 's': unknown key 'expanded'; allowed: name, command, args, env, "
-                     "cwd, url, transport, headers, allow_http, required, timeout_seconds, auth, "
-                     "client_id, client_secret, scopes, redirect_uri"]
+                     "cwd, url, transport, headers, allow_http, required, timeout_seconds, "
+                     "resources, auth, client_id, client_secret, scopes, redirect_uri, "
+                     "oauth_client_metadata_url, protocol"]
 
 
 def test_an_expanded_command_not_found_is_not_quoted() -> None:
@@ -283,6 +284,44 @@ auth = "oauth"
     ], found
 
 
+def test_oauth_client_metadata_url_is_an_https_address_and_not_with_client_id() -> None:
+    found = problems(
+        """
+[[server]]
+name = "plain"
+url = "https://mcp.example.test/mcp"
+auth = "oauth"
+oauth_client_metadata_url = "http://example.test/gantry.json"
+
+[[server]]
+name = "root"
+url = "https://mcp.example.test/mcp"
+auth = "oauth"
+oauth_client_metadata_url = "https://example.test/"
+client_id = "abc"
+
+[[server]]
+name = "stray"
+url = "https://mcp.example.test/mcp"
+oauth_client_metadata_url = "https://example.test/gantry.json"
+"""
+    )
+    assert found == [
+        "server 'plain': oauth_client_metadata_url: 'http://example.test/gantry.json' must "
+        "be an https URL (the authorization server fetches it)",
+        "server 'root': oauth_client_metadata_url: must have a path (the document's address, "
+        "e.g. https://example.com/gantry.json)",
+        "server 'root': oauth_client_metadata_url and client_id are two ways to name gantry "
+        "to the authorization server; keep one",
+        "server 'stray': oauth_client_metadata_url is used only with auth = \"oauth\"",
+    ], found
+    [spec] = parse('[[server]]\nname = "ok"\nurl = "https://mcp.example.test/mcp"\n'
+                   'auth = "oauth"\noauth_client_metadata_url = '
+                   '"https://example.test/gantry.json"\n', {})
+    assert spec.oauth_client_metadata_url == "https://example.test/gantry.json"
+    assert "oauth_client_metadata_url='https://example.test/gantry.json'" in repr(spec)
+
+
 def test_oauth_client_secret_is_expanded_and_kept_out_of_repr() -> None:
     [spec] = parse(
         """
@@ -318,3 +357,27 @@ def test_allowed_keys_are_the_spec_s_fields() -> None:
     """Keys outside ALLOWED are dropped before decoding: a field missing from it would be
     silently ignored (`expanded` is gantry's to fill in, never a manifest key)."""
     assert sorted(ALLOWED) == sorted(set(ServerSpec.__struct_fields__) - {"expanded"})
+
+
+def test_resources_switch_is_a_boolean_per_server_default_on() -> None:
+    """Issue 41 item 3: `resources = false` keeps the resource tools off one server; any
+    other value is a named problem, and a misspelling gets its guess."""
+    specs = parse(f"""
+[[server]]
+name = "on"
+command = "{PY}"
+
+[[server]]
+name = "off"
+command = "{PY}"
+resources = false
+""", ENV)
+    assert [s.resources for s in specs] == [True, False]
+    assert "resources=False" in repr(specs[1]) and "resources" not in repr(specs[0])
+    remote = parse('[[server]]\nname = "r"\nurl = "https://example.org/mcp"\n'
+                   'resources = false\n', ENV)
+    assert remote[0].resources is False and "resources=False" in repr(remote[0])
+    assert problems(f'[[server]]\nname = "x"\ncommand = "{PY}"\nresources = "no"\n') == [
+        "server 'x': resources: Expected `bool`, got `str`"]
+    assert problems(f'[[server]]\nname = "x"\ncommand = "{PY}"\nresource = false\n') == [
+        "server 'x': unknown key 'resource'; did you mean `resources`?"]

@@ -20,6 +20,8 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gantry import db
 from gantry.mcp.login import LoginError, Pasted, parse_pasted
@@ -540,3 +542,252 @@ def test_login_and_a_call_run_on_the_lean_mcp_without_the_server_half(
         found = json.loads(report.read_text())
         assert found["file"].startswith(str(lean_mcp)) and found["auth"], found
         assert found["web"] == [], found
+
+
+# ------------------------------------------------------------------ CIMD, issuers, iss
+
+
+class MetadataDocument:
+    """gantry's client metadata document, served over https on 127.0.0.1 (the test CA's
+    certificate), as an operator publishes it; counts the fetches."""
+
+    def __init__(self, tmp_path: Path, redirect: str = "http://127.0.0.1/callback") -> None:
+        import http.server
+        import threading
+
+        from tests.fakes.pki import make_pki
+
+        pki = make_pki(tmp_path)
+        self.ca_file = tmp_path / "ca.pem"
+        self.ca_file.write_text(pki.ca_pem)
+        self.fetches = 0
+        doc = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                doc.fetches += 1
+                body = json.dumps(doc.body).encode()
+                found = self.path == "/clients/gantry.json"
+                self.send_response(200 if found else 404)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body) if found else 0))
+                self.end_headers()
+                if found:
+                    self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.socket = pki.server_context().wrap_socket(self.httpd.socket,
+                                                             server_side=True)
+        self.url = f"https://127.0.0.1:{self.httpd.server_address[1]}/clients/gantry.json"
+        from gantry.mcp.cimd import document
+
+        self.body = document(self.url, redirect, "gantry")
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def metadata_document(tmp_path: Path) -> Iterator[MetadataDocument]:
+    doc = MetadataDocument(tmp_path)
+    yield doc
+    doc.close()
+
+
+def registrations(server: OAuthServer) -> list[Any]:
+    return list(httpx.get(f"{server.base}/test/registrations", timeout=5).json())
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_login_names_gantry_by_its_metadata_document_and_registers_nothing(
+    tmp_path: Path, oauth_server: Callable[..., OAuthServer],
+    metadata_document: MetadataDocument,
+) -> None:
+    """The authorization server advertises Client ID Metadata Documents: the manifest's
+    https address is gantry's client_id, fetched by the authorization server; no registration;
+    the daemon refreshes as that client."""
+    from gantry.mcp.oauth import OAuthHook
+
+    server = oauth_server("--cimd-ca", str(metadata_document.ca_file))
+    env = gantry_env(tmp_path, manifest(tmp_path, server,
+                                        oauth_client_metadata_url=metadata_document.url))
+    code, out, err = await anyio.to_thread.run_sync(cli_login, env, "remote")
+    assert code == 0, out + err
+    assert f"client metadata document, {metadata_document.url}" in out
+    assert server.stats()["registered"] == 0 and registrations(server) == []
+    assert server.stats()["cimd_fetches"] >= 1 and metadata_document.fetches >= 1
+    record = stored(tmp_path)
+    assert json.loads(record.client_info)["client_id"] == metadata_document.url
+
+    store = TokenStore(tmp_path / "data" / "gantry.db")
+    store.expire_access("remote", server.url, record.tokens)
+    hook = OAuthHook(store)
+    assert await call_whoami(hook, oauth_spec(server)) == "operator"
+    assert server.stats()["refresh_grants"] == 1  # as the document's client
+
+    assert (await anyio.to_thread.run_sync(cli_login, env, "remote"))[0] == 0  # again
+    assert server.stats()["registered"] == 0 and server.stats()["code_grants"] == 2
+
+
+@pytest.mark.slow
+def test_login_registers_when_the_server_takes_no_metadata_document(
+    tmp_path: Path, oauth_server: Callable[..., OAuthServer],
+    metadata_document: MetadataDocument,
+) -> None:
+    """Dynamic registration is the fallback, and gantry says it is a native application."""
+    server = oauth_server()  # no client_id_metadata_document_supported in its metadata
+    env = gantry_env(tmp_path, manifest(tmp_path, server,
+                                        oauth_client_metadata_url=metadata_document.url))
+    code, out, err = cli_login(env, "remote")
+    assert code == 0, out + err
+    assert server.stats()["registered"] == 1 and metadata_document.fetches == 0
+    [sent] = registrations(server)
+    assert sent["application_type"] == "native"
+    assert sent["redirect_uris"] == ["http://127.0.0.1/callback"]
+    assert json.loads(stored(tmp_path).client_info)["client_id"] != metadata_document.url
+
+
+@pytest.mark.slow
+def test_login_refuses_an_authorization_response_from_another_issuer(
+    tmp_path: Path, oauth_server: Callable[..., OAuthServer]
+) -> None:
+    """RFC 9207: the redirect's `iss` must be the authorization server's issuer; RFC 8414:
+    so must the metadata's `issuer`."""
+    server = oauth_server("--iss", "wrong")
+    env = gantry_env(tmp_path, manifest(tmp_path, server))
+    code, out, err = cli_login(env, "remote")
+    assert code == 1, out + err
+    assert "refused: the answer does not come from the authorization server gantry asked" \
+        in out and "http://wrong.invalid/" in out, out
+    assert "nothing was stored" in out and "Traceback" not in out + err
+    assert stored(tmp_path) is None and server.stats()["code_grants"] == 0
+
+    other = oauth_server("--metadata-issuer", "http://127.0.0.1:9/")  # RFC 8414 §3.3
+    env = gantry_env(tmp_path, manifest(tmp_path, other))
+    code, out, err = cli_login(env, "remote")
+    assert code == 1, out + err
+    assert "refused: the answer does not come from the authorization server gantry asked " \
+        "(Authorization server metadata issuer mismatch: http://127.0.0.1:9/" in out, out
+    assert stored(tmp_path) is None and other.stats()["registered"] == 0
+
+    right = oauth_server("--iss", "right")
+    env = gantry_env(tmp_path, manifest(tmp_path, right))
+    code, out, err = cli_login(env, "remote")
+    assert code == 0, out + err
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_server_whose_issuer_changed_asks_for_a_new_login_and_gets_no_old_token(
+    tmp_path: Path, oauth_server: Callable[..., OAuthServer]
+) -> None:
+    """The server now names another authorization server: the stored tokens are not sent to
+    it (no refresh there), the reason names both and `gantry mcp login NAME`; the login
+    registers anew with the new one, and calls work again."""
+    from urllib.parse import urlsplit
+
+    from gantry.mcp.auth import oauth_hook
+    from gantry.mcp.host import Host
+    from gantry.mcp.oauth import OAuthHook
+    from gantry.tools import Registry
+
+    old = oauth_server()
+    port = str(urlsplit(old.base).port)
+    env = gantry_env(tmp_path, manifest(tmp_path, old))
+    assert (await anyio.to_thread.run_sync(cli_login, env, "remote"))[0] == 0
+    first = stored(tmp_path)
+    store = TokenStore(tmp_path / "data" / "gantry.db")
+    hook = OAuthHook(store)
+    spec = oauth_spec(old)
+    assert await call_whoami(hook, spec) == "operator"
+
+    old.proc.kill()
+    old.proc.wait(timeout=10)
+    new = oauth_server("--port", port, "--issuer-host", "localhost")
+    assert new.url == old.url
+    want = (f"the server's authorization server changed from http://127.0.0.1:{port} to "
+            f"http://localhost:{port}: the login for the old one is not sent to the new one; "
+            "run `gantry mcp login remote`")
+    host = Host([spec], Registry(), env, auth=oauth_hook([spec], tmp_path / "data" / "gantry.db"))
+    async with anyio.create_task_group() as tg:
+        await host.start(tg)  # the stored token meets the new server's 401
+        await until(lambda: host.servers["remote"].state == "needs login", what="needs login")
+        assert host.status_lines()[0].startswith(f"remote: needs login ({want})")
+        result = await host.call("remote", "whoami", {})
+        assert result.text == f"MCP server 'remote' needs an OAuth login: {want}"
+        tg.cancel_scope.cancel()
+    await fails(hook, spec)  # a connection anyway: refused the same way, before any refresh
+    assert hook.gates["remote"].reason == want
+    assert problem(store.get("remote"), "remote", spec.url, time.time()) == want
+    stats = new.stats()
+    assert stats["refresh_grants"] == 0 and stats["refresh_refused"] == 0, stats
+
+    code, out, err = await anyio.to_thread.run_sync(cli_login, env, "remote")
+    assert code == 0, out + err
+    assert f"changed from http://127.0.0.1:{port} to http://localhost:{port}:" in out
+    assert new.stats()["registered"] == 1  # not the old registration
+    second = stored(tmp_path)
+    assert json.loads(second.client_info)["client_id"] != json.loads(
+        first.client_info)["client_id"]
+    assert json.loads(second.as_metadata)["issuer"] == f"http://localhost:{port}"
+    assert await call_whoami(OAuthHook(store), spec) == "operator"
+
+
+def test_client_metadata_urls_and_issuers() -> None:
+    from gantry.mcp import cimd, issuer
+
+    assert cimd.url_problem("https://example.com/gantry.json") is None
+    assert cimd.url_problem("https://example.com:8443/c/gantry?v=1") is None
+    for bad in ("http://example.com/gantry.json", "https://example.com", "https://example.com/",
+                "https://u:p@example.com/g", "https://example.com/g#x", "https:///g",
+                "https://example.com/a/../g", "https://example.com:99999/g",
+                "https://example.com/a b", " https://example.com/g",
+                "https://example.com/" + "a" * 3000):
+        assert cimd.url_problem(bad) is not None, bad
+    assert cimd.reusable("https://example.com/g", "https://example.com/g")
+    assert not cimd.reusable("https://example.com/old", "https://example.com/g")
+    assert cimd.reusable("dcr-issued-id", None)
+    assert issuer.stored('{"issuer": "https://as/"}') == "https://as/"
+    assert issuer.stored(None) is None and issuer.stored("not json") is None
+    assert issuer.same("https://as", "https://as/") and not issuer.same("https://as/x",
+                                                                         "https://as/x/")
+    assert issuer.moved("https://as/", ["https://as"]) is None
+    assert issuer.moved("https://as/", []) is None
+    assert "from https://as/ to https://other/" in str(issuer.moved("https://as/",
+                                                                    ["https://other/"]))
+
+
+@given(st.text(max_size=300))
+def test_any_text_gets_a_verdict_not_an_exception(text: str) -> None:
+    from gantry.mcp import cimd, issuer
+
+    why = cimd.url_problem(text)
+    assert why is None or isinstance(why, str)
+    if why is None:
+        assert text.lower().startswith("https://") and "#" not in text
+    assert issuer.moved(text or "x", [text or "x"]) is None
+    issuer.stored(text)
+
+
+@given(st.from_regex(r"[a-z][a-z0-9-]{0,20}(\.[a-z]{2,6}){1,2}", fullmatch=True),
+       st.lists(st.from_regex(r"[A-Za-z0-9_~-][A-Za-z0-9._~-]{0,15}", fullmatch=True),
+                min_size=1, max_size=4))
+def test_an_https_address_with_a_path_is_a_client_id(host: str, segments: list[str]) -> None:
+    from gantry.mcp import cimd
+
+    path = "/".join(segments)
+    url = f"https://{host}/{path}"
+    if any(seg in (".", "..") for seg in segments):
+        assert cimd.url_problem(url) is not None
+    else:
+        assert cimd.url_problem(url) is None, url
+        assert cimd.url_problem(f"http://{host}/{path}") is not None
+        assert cimd.url_problem(f"{url}#frag") is not None

@@ -99,8 +99,8 @@ def store_recall_forget(g: Gantry, fake: FakeOpenAI, stored: Callable[[], list[s
     g.ask("/new", "Started a new conversation. (Long-term memory is unchanged.)")
     fake.push(Reply("Call her."))
     g.ask("any tips before the weekend?", "Call her.")  # shares no word with the rows
-    system = fake.requests[2].messages[0]["content"]
-    assert "[memory]" in system and f"- {LINE}" in system and f"- {CAR_LINE}" in system, system
+    turn = fake.requests[2].messages[-1]["content"]  # recalled after the message, with the time
+    assert "[memory]" in turn and f"- {LINE}" in turn and f"- {CAR_LINE}" in turn, turn
     assert [m["role"] for m in fake.requests[2].messages] == ["system", "user"]
 
     fake.push(ToolCalls([Call("memory_recall", {"query": "mom texts"}, id="r1")]),
@@ -145,7 +145,10 @@ def test_gantry_mcp_memory_as_the_backend(
     listing = subprocess.run([sys.executable, "-m", "gantry", "tools", "list"], env=g.env,
                              cwd=ROOT, capture_output=True, text=True, timeout=BOOT)
     assert listing.returncode == 0, listing.stderr
-    assert [line.split()[0] for line in listing.stdout.splitlines()[:-1]] == MEMORY_TOOLS
+    lines = listing.stdout.splitlines()
+    assert any(line.startswith("MCP server ") and " speaks MCP " in line for line in lines)
+    assert [line.split()[0] for line in lines[:-1]
+            if not line.startswith("MCP server ")] == MEMORY_TOOLS
     g.close_stdin()
     assert g.wait_exit() == 0
     g.assert_clean()

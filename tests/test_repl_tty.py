@@ -423,3 +423,58 @@ def test_line_editor_keys() -> None:
 def test_a_push_mark_is_one_bounded_printable_line(origin: str) -> None:
     shown = mark(origin)
     assert shown and len(shown) <= MARK_MAX and shown.isprintable() and shown == shown.strip()
+
+
+# ----------------------------------------------------------------------------- follow-ups
+
+
+def test_a_line_typed_during_a_tool_call_steers_the_running_reply(
+    repl: Callable[..., Repl], fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    """Issue 40 #4: a line typed while the reply waits on a tool joins that turn (shown as it
+    joins): the next model call reads it after the tool result, and one reply answers both."""
+    from gantry.steer import FOLLOWUP_MARK
+
+    manifest = tmp_path / "mcp.toml"
+    manifest.write_text(python_fixture_toml("fx"), encoding="utf-8")
+    marks = tmp_path / "slow.txt"
+    r = repl(CRON_ENABLED="false", MCP_MANIFEST=str(manifest))
+    r.expect("> ", timeout=60)
+    fake.push(ToolCalls([Call("fx__slow", {"path": str(marks), "seconds": 4}, id="call_s")]),
+              Reply("Both done."))
+    r.type("book a table\r")
+    deadline = time.monotonic() + WAIT
+    while "started" not in (marks.read_text() if marks.exists() else ""):
+        assert time.monotonic() < deadline, "the slow call never started"
+        time.sleep(0.05)
+    r.type("and make it Friday\r")
+    r.expect("> and make it Friday\n")
+    r.expect("Both done.\n> ")
+    assert len(fake.requests) == 2
+    assert roles(fake.requests[1].messages)[-1] == ("user",
+                                                     FOLLOWUP_MARK + "and make it Friday")
+    r.type("next\r")
+    r.expect("echo: next\n> ")
+    assert "echo: and make it Friday" not in r.screen and len(fake.requests) == 3
+    r.type("\x04")
+    assert r.wait_exit() == 0
+
+
+@pytest.mark.parametrize("followups", ["steer", "queue"])
+def test_a_line_typed_while_the_answer_is_written_gets_its_own_turn(
+    repl: Callable[..., Repl], fake: FakeOpenAI, followups: str
+) -> None:
+    """Too late to join (the model writes the final answer), or FOLLOWUPS=queue: the typed
+    line is answered after, by a turn of its own, never lost."""
+    r = repl(CRON_ENABLED="false", FOLLOWUPS=followups)
+    r.expect("> ")
+    fake.push(Reply("First answer.", delay=2.0))
+    r.type("one\r")
+    wait_requests(fake, 1)
+    r.type("two\r")
+    r.expect("First answer.\n")
+    r.expect("echo: two\n> ")
+    assert roles(fake.last_request.messages)[-1] == ("user", "two")
+    assert len(fake.requests) == 2
+    r.type("\x04")
+    assert r.wait_exit() == 0

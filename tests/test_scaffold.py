@@ -131,7 +131,8 @@ def test_env_template_lists_exactly_the_config_fields() -> None:
     for name, value in defaults().items():
         if name in ("telegram_bot_token", "telegram_allowed_users"):
             continue
-        shown = str(value).lower() if isinstance(value, bool) else str(value)
+        shown = "" if value is None else str(value).lower() if isinstance(value, bool) else str(
+            value)
         assert f"#{env_name(name)}={shown}\n" in text, name
 
 

@@ -283,7 +283,8 @@ async def test_command_menu_is_published_beside_polling_not_before(tmp_path: Pat
         assert [c.fault for c in calls] == ["server_error", "server_error", "slow"]
         assert tg.calls("getUpdates")[0].at < calls[-1].at + 4.0
         assert [c["command"] for c in calls[-1].params["commands"]] == [
-            "new", "status", "stop", "cancel", "decline", "help"]
+            "new", "status", "usage", "stop", "cancel", "decline", "skills", "prompts",
+            "prompt", "help"]
         assert len(tg.calls("setMyCommands")) == 3
 
 

@@ -136,10 +136,11 @@ def test_conversation_commands_and_startup(fakes: tuple[FakeTelegram, FakeOpenAI
     assert tg.wait_sent_sync(USER, 1, timeout=90) == ["echo: hello"]
     assert tg.calls("deleteWebhook") and tg.calls("getMe")
     commands = tg.wait_calls_sync("setMyCommands", 1)[0].params["commands"]
-    assert [c["command"] for c in commands] == ["new", "status", "stop", "cancel", "decline",
+    assert [c["command"] for c in commands] == ["new", "status", "usage", "stop", "cancel",
+                                                "decline", "skills", "prompts", "prompt",
                                                 "help"]
-    assert tg.calls("getUpdates")[-1].params.get("allowed_updates") == ["message",
-                                                                       "callback_query"]
+    assert tg.calls("getUpdates")[-1].params.get("allowed_updates") == [
+        "message", "callback_query", "message_reaction"]  # TELEGRAM_REACTIONS defaults on
     assert tg.calls("sendChatAction")[0].params["action"] == "typing"
     tg.push_text(USER, "/status")
     status = tg.wait_sent_sync(USER, 2)[1]

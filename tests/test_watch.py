@@ -151,10 +151,10 @@ class Rec:
         return reply
 
 
-def feed_toml(feed: Path, subscribe: bool) -> str:
+def feed_toml(feed: Path, subscribe: bool, protocol: str = "auto") -> str:
     env = {"FEED_FILE": str(feed)} | ({"FEED_SUBSCRIBE": "1"} if subscribe else {})
     return toml_server("fx", [sys.executable, "-m", "tests.fakes.mcp_feed"], env=env,
-                       cwd=str(ROOT), timeout=10)
+                       cwd=str(ROOT), timeout=10) + f'protocol = "{protocol}"\n'
 
 
 def cfg(**kw: Any) -> Config:
@@ -200,12 +200,13 @@ class World:
 
 @asynccontextmanager
 async def world(tmp_path: Path, subscribe: bool = False, db_name: str = "g.db",
-                rec: Rec | None = None, max_chars: int = 16_000) -> AsyncIterator[World]:
+                rec: Rec | None = None, max_chars: int = 16_000,
+                protocol: str = "auto") -> AsyncIterator[World]:
     feed = tmp_path / "feed.jsonl"
     feed.touch()
     conn = db.connect(tmp_path / db_name)
     registry = Registry(result_max_chars=max_chars)
-    host = Host(parse(feed_toml(feed, subscribe), ENV), registry, ENV)
+    host = Host(parse(feed_toml(feed, subscribe, protocol), ENV), registry, ENV)
     rec = rec or Rec()
     clock = Clock()
     ticker = Ticker(CronStore(conn), rec.respond, rec.push, rec.name, 15, clock)
@@ -336,7 +337,8 @@ async def test_push_subscribes_reads_on_update_and_resubscribes_after_restart(
     tmp_path: Path,
 ) -> None:
     append(tmp_path, {"id": 1})
-    async with world(tmp_path, subscribe=True) as w:
+    # resources/subscribe is the 2025 era's (2026: tests/test_mcp_era.py, listen).
+    async with world(tmp_path, subscribe=True, protocol="2025") as w:
         out = await w.call("watch_add", {"resource": "feed://items", "instruction": "Say it."})
         assert "the server notifies changes (no polling)" in out
         w.tick()

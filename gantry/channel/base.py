@@ -14,11 +14,13 @@ from typing import Protocol, runtime_checkable
 import msgspec
 
 from gantry.model.messages import ImagePart
+from gantry.steer import Steer
 
 Progress = Callable[[int, int], None]
 
-COMMANDS = frozenset({"/new", "/status", "/help", "/start"})
-"""The commands the agent answers itself (`/start` is Telegram's first message)."""
+COMMANDS = frozenset({"/new", "/status", "/usage", "/help", "/start", "/prompts", "/prompt"})
+"""The commands the agent answers itself (`/start` is Telegram's first message; `/prompts`
+and `/prompt` are MCP servers' prompts, gantry/mcp/prompt_command.py)."""
 STOP_COMMANDS = frozenset({"/stop", "/cancel"})
 """The commands a channel handles itself, out of band: they stop the chat's running turn."""
 STOPPED_REPLY = "Stopped."
@@ -53,13 +55,19 @@ def is_stop(text: str) -> bool:
     return bool(words) and words[0].split("@", 1)[0].lower() in STOP_COMMANDS
 
 
+def is_command(text: str) -> bool:
+    """Whether the first word is command-shaped (`/usr/bin …` is no command: a command is a
+    word of letters, digits and underscores after the slash, maybe `@botname`)."""
+    words = text.strip().split(maxsplit=1)
+    return bool(words) and _COMMAND.fullmatch(words[0]) is not None
+
+
 def unknown_command(text: str) -> str | None:
     """The reply to a command-shaped first word the agent does not know, else None: a typo
-    such as `/stauts` is answered, not sent to the model as a message. (`/usr/bin …` is no
-    command: a command is a word of letters, digits and underscores after the slash.)"""
-    words = text.strip().split(maxsplit=1)
-    if not words or not _COMMAND.fullmatch(words[0]):
+    such as `/stauts` is answered, not sent to the model as a message."""
+    if not is_command(text):
         return None
+    words = text.strip().split(maxsplit=1)
     command = words[0].split("@", 1)[0].lower()
     if command in COMMANDS:
         return None
@@ -90,9 +98,18 @@ class Inbound(msgspec.Struct, frozen=True):
     It must write through the agent's connection, and only write."""
     scheduled_for: float | None = None
     """A scheduled message's due time (unix seconds): the prompt's time block names it."""
+    source: str = ""
+    """What started the turn, as the usage ledger counts its model calls: "" for a person's
+    message (counted as "chat"), `cron:<job id>` or `watch:<watch id>` for a scheduled one."""
     images: tuple[ImagePart, ...] = ()
     """Images sent with the message (gantry.media): they go to the model as content parts
     after `text`, which describes them and holds any caption."""
+    steer: Steer | None = None
+    """The same user's follow-ups, folded into this turn between its rounds (gantry.steer);
+    None: FOLLOWUPS=queue, or a channel without them."""
+    context: str = ""
+    """What the channel knows that the user did not type (a reaction to an earlier reply):
+    lines shown to the model with this turn's time footer, never stored in the history."""
 
     @property
     def session_id(self) -> str:
@@ -109,6 +126,11 @@ class ReplyStream(Protocol):
 
     async def discard(self) -> None:
         """The text shown so far was a preamble to tool calls; take it back if possible."""
+        ...
+
+    async def restart(self) -> None:
+        """The reply starts over (the model's stream broke; a fallback model writes it
+        afresh): what was shown must be replaced by what follows, never added to."""
         ...
 
     async def finish(self, final_text: str) -> None:

@@ -198,7 +198,8 @@ class CronStore:
         self, job: Job, due_at: float, next_at: float | None, state: str, now: float,
         note: str = "",
     ) -> None:
-        """A fire not run (`skipped`: overlap; `missed`: outside the grace window)."""
+        """A fire not run (`skipped`: overlap or a budget reached; `missed`: outside the
+        grace window)."""
         with self.conn:  # type: ignore[attr-defined]
             self._rows(
                 "INSERT INTO cron_run (job_id, due_at, state, error, started_at, finished_at) "
@@ -207,6 +208,13 @@ class CronStore:
             )
             self._advance(job.id, next_at, state if state in ("missed", "failed") else "done",
                           now)
+
+    def skip(self, run_id: int, note: str, now: float) -> None:
+        """A claimed run whose turn was refused (a budget reached): skipped, not failed, so
+        it neither counts toward a failure streak nor is resumed."""
+        with self.conn:  # type: ignore[attr-defined]
+            self._rows("UPDATE cron_run SET state = 'skipped', error = ?, finished_at = ? "
+                       "WHERE id = ? AND state = 'started'", (note, now, run_id))
 
     def open_runs(self, channel: str) -> list[Run]:
         """Runs of `channel` a crash or shutdown left started or replied, oldest first."""

@@ -24,6 +24,7 @@ from gantry.channel.base import Inbound, Progress, TurnAborted, TurnFailed
 from gantry.cron.schedule import next_fire
 from gantry.cron.store import OPEN_RUN_STATES, CronStore, Job, Notice, Run
 from gantry.cron.tools import job_line, schedule_of
+from gantry.model.budget import BudgetReached
 
 log = logging.getLogger("gantry.cron")
 
@@ -37,6 +38,7 @@ USER_ID = "cron"
 
 Respond = Callable[[Inbound, Any], Awaitable[str]]
 Push = Callable[..., Awaitable[None]]
+Gate = Callable[[str, str | None], None]  # gantry.model.budget.Budget.admit
 
 
 class Rider(Protocol):
@@ -104,6 +106,7 @@ class Ticker:
     grace: float = GRACE_SECONDS
     running: set[int] = field(default_factory=set)  # job ids with a run in flight
     riders: list[Rider] = field(default_factory=list)
+    gate: Gate | None = None  # the budget: raises BudgetReached when a turn may not run
     _tg: Any = None
     _wake: anyio.Event | None = None
 
@@ -201,9 +204,25 @@ class Ticker:
                                "grace_s": self.grace})
             self.store.pass_over(job, due, nxt, "missed", now, f"{round(late)} s late")
             return
+        if (refused := self.refused(f"cron:{job.id}", job.session_id)) is not None:
+            log.warning("cron fire skipped: budget reached",
+                        extra={"job": job.id, "due_at": due, "error": refused.reason})
+            self.store.pass_over(job, due, nxt, "skipped", now, refused.reason)
+            return
         run = self.store.claim(job, due, nxt, now)
         log.info("cron job due", extra={"job": job.id, "run": run.id, "late_s": round(late, 1)})
         self._start(run)
+
+    def refused(self, source: str, session: str) -> BudgetReached | None:
+        """Why a turn for `source` may not start now (a budget is used up), else None.
+        Checked before the turn records anything in the chat's history."""
+        if self.gate is None:
+            return None
+        try:
+            self.gate(source, session)
+        except BudgetReached as exc:
+            return exc
+        return None
 
     def _start(self, run: Run) -> None:
         self.running.add(run.job_id)
@@ -230,7 +249,7 @@ class Ticker:
 
                 msg = Inbound(channel=self.channel, chat_id=chat, user_id=USER_ID,
                               text=synthetic_text(run), scheduled=True, on_answer=record,
-                              scheduled_for=run.due_at)
+                              scheduled_for=run.due_at, source=f"cron:{run.job_id}")
                 try:
                     reply = await self.respond(msg, None)
                 except TurnAborted:
@@ -239,6 +258,11 @@ class Ticker:
                     log.warning("cron turn failed; nothing pushed",
                                 extra={"job": run.job_id, "run": run.id, "error": exc.reason})
                     self._fail(run, exc.reason)
+                    return
+                except BudgetReached as exc:  # a limit reached mid-turn: the rest skipped
+                    log.warning("cron run skipped: budget reached",
+                                extra={"job": run.job_id, "run": run.id, "error": exc.reason})
+                    self.store.skip(run.id, exc.reason, self.clock.now())
                     return
                 silent = is_silent(reply)
                 self.store.set_reply(run.id, reply, silent, self.clock.now())

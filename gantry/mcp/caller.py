@@ -4,21 +4,22 @@ questions), calls that never reached a remote server, and what each failure tell
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
-from gantry.mcp import convert, wire
+from gantry.mcp import convert, era, mrtr, wire
 from gantry.mcp.child import INVALID_MESSAGE
 from gantry.mcp.convert import CallResult
 from gantry.mcp.deadline import MAX_CALL_SECONDS, Deadline
 from gantry.mcp.elicitation import Asking
 from gantry.mcp.link import delivery
 from gantry.mcp.supervise import Supervisor
+from gantry.mcp.tasks import Tasks
 from gantry.mcp.validate import ArgsValidator
 
 log = logging.getLogger("gantry.mcp")
@@ -30,10 +31,20 @@ PROGRESS_CAP_FACTOR = 10
 CAPPED = "capped"  # the MCPError message of a call cut at call_cap() after progress
 ASKED = "asked"  # … of one cut at its cap (or MAX_CALL_SECONDS) after asking the user
 RENEW_WAIT = 30.0  # how long a call whose request never arrived waits for the new session
+BROKEN_GRACE = 0.5  # a broken 2026 call waits this long to learn whether its link is gone
 
 
 class NotSent(Exception):
     """A call that provably never reached its remote server, which cannot be reached now."""
+
+
+class Broken(Exception):
+    """A 2026-era call whose stream broke after it may have reached the server, not sent
+    again (gantry/mcp/era.py: it is not safe to, or the one re-issue broke too)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why  # era.UNSAFE, era.TWICE or era.GONE
 
 
 def call_cap(timeout: float) -> float:
@@ -71,7 +82,10 @@ class Caller:
         self.name = supervisor.name
         self.asking = asking  # the calls in flight, for the server's questions to the user
         self.keep = keep  # where binary results go so the model can send them (gantry.outbox)
+        # Whether resource_read reads this server's resources (its links then say so).
+        self.readable: Callable[[], bool] = lambda: False
         self.stats: dict[str, ToolStats] = {}
+        self.tasks = Tasks(self.name)  # calls made as tasks; its book is set at boot
 
     async def call(
         self, tool: str, args: dict[str, Any], *, validator: ArgsValidator | None = None
@@ -93,6 +107,8 @@ class Caller:
             stats = self.stats[tool] = ToolStats()
         sup = self.supervisor
         session = sup.session
+        if session is not None and sup.link is not None and sup.link.closed.is_set():
+            session = None  # its connection is gone: the supervisor is replacing it
         if sup.login is not None and sup.login.reason is not None:
             stats.record(0.0, error=True)
             return CallResult(sup.login_text(), error=True)
@@ -121,7 +137,9 @@ class Caller:
         sup.breaker.success()
         error = bool(getattr(result, "is_error", False))
         stats.record(time.monotonic() - started, error=error)
-        text = convert.result_text(result.content, result.structured_content, error, self.keep)
+        reader = self.name if self.readable() else ""
+        text = convert.result_text(result.content, result.structured_content, error, self.keep,
+                                   reader)
         return CallResult(text, error=error, structured=result.structured_content)
 
     async def _send_call(self, session: Any, tool: str, args: dict[str, Any]) -> Any:
@@ -133,6 +151,9 @@ class Caller:
         from mcp_types import REQUEST_TIMEOUT
 
         timeout = self.spec.timeout_seconds
+        if self.supervisor.catalog.as_task(tool):
+            return await self.tasks.call(session, tool, args, self.asking, timeout,
+                                         call_cap(timeout))
         with anyio.CancelScope() as scope:
             deadline = Deadline(scope, timeout, call_cap(timeout), MAX_CALL_SECONDS)
 
@@ -140,26 +161,61 @@ class Caller:
                 deadline.alive()
 
             with self.asking.running(deadline):
+                broken = False
                 for attempt in range(2):
                     with delivery() as ticket:
                         try:
-                            # Ours is the timeout (the SDK's knows neither progress nor holds).
-                            return await session.call_tool(tool, args, math.inf,
-                                                           progress_callback=progress)
-                        except Exception:
+                            # Ours is the timeout (the SDK's knows neither progress nor holds);
+                            # a 2026 server's input_required rounds are relayed (mrtr.py).
+                            return await mrtr.call_tool(session, tool, args, progress,
+                                                        self.asking, deadline)
+                        except Exception as exc:
                             if not ticket.undelivered:
-                                raise
+                                if not era.broke(session, exc):
+                                    raise
+                                if attempt or not self._reissue(tool):
+                                    await self._settle_link(session)
+                                    raise Broken(era.TWICE if attempt else era.UNSAFE) from None
+                                broken = True
                     if attempt:
                         break
-                    session = await self.supervisor.reach(session, RENEW_WAIT)
+                    session = await self._next_session(session, broken)
                     if session is None:
                         break
-                    log.info("mcp call sent again: it never reached the server",
-                             extra={"server": self.name, "tool": tool})
+                    log.info("mcp call sent again: " + ("its stream broke, and the tool is "
+                             "read-only or idempotent" if broken else "it never reached the "
+                             "server"), extra={"server": self.name, "tool": tool})
+        if broken and session is None:
+            raise Broken(era.GONE)
         if ticket.undelivered:  # (also when the deadline ran out while it waited to be sent)
             raise NotSent
         why = (ASKED if deadline.questions else CAPPED) if deadline.capped else "timed out"
         raise MCPError(code=REQUEST_TIMEOUT, message=why)
+
+    def _reissue(self, tool: str) -> bool:
+        """Whether the listed `tool` is annotated read-only or idempotent."""
+        return any(lt.reissue for lt in self.supervisor.catalog.listed.values()
+                   if lt.name == tool)
+
+    async def _next_session(self, session: Any, broken: bool) -> Any:
+        """Where to send a call again: a 2026 stream that broke on a link still up is sent
+        again on the same (stateless) connection; otherwise on the next session."""
+        sup = self.supervisor
+        link = sup.link
+        if broken and sup.session is session and link is not None:
+            await self._settle_link(session)
+            if not link.closed.is_set():
+                return session
+        return await sup.reach(session, RENEW_WAIT)
+
+    async def _settle_link(self, session: Any) -> None:
+        """After a broken call, wait (briefly) to learn whether its connection is gone: a
+        dying child fails its calls a moment before its link is marked closed, and the next
+        call must not be sent on it."""
+        link = self.supervisor.link
+        if link is not None and self.supervisor.session is session:
+            with anyio.move_on_after(BROKEN_GRACE):
+                await link.closed.wait()
 
     def _call_failed(
         self, tool: str, stats: ToolStats, started: float, number: int, exc: Exception
@@ -172,6 +228,12 @@ class Caller:
         if isinstance(exc, NotSent):  # it never left: not the server's failure, nor a timeout
             stats.record(elapsed, error=True)
             return CallResult(sup.unreached(), error=True)
+        if isinstance(exc, Broken):
+            stats.record(elapsed, error=True)
+            sup.charge(number)
+            if self.spec.remote:
+                sup.suspect()
+            return CallResult(era.broken_text(self.name, tool, exc.why), error=True)
         if isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT:
             stats.record(elapsed, timeout=True)
             sup.charge(number)

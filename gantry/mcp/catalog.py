@@ -10,6 +10,7 @@ from typing import Any
 
 from gantry.mcp import convert
 from gantry.mcp.convert import CallResult
+from gantry.mcp.era import reissue_safe
 from gantry.mcp.validate import ArgsValidator, compile_schema
 from gantry.tools import Registry, Tool, ToolError, mcp_source
 
@@ -26,7 +27,8 @@ class ListedTool:
     """A server's tool as listed: its MCP name, the name the model sees, schema, validator.
 
     `needs_task`: its `execution.taskSupport` is "required", so a plain tools/call is refused;
-    the SDK's client makes no task-augmented calls, so such a tool is never offered.
+    it is offered when its server offers task-augmented calls (gantry/mcp/tasks.py).
+    `task`: its taskSupport ("forbidden", "optional", "required").
     """
 
     name: str
@@ -36,6 +38,8 @@ class ListedTool:
     validator: ArgsValidator | None
     needs_task: bool = False
     structured: bool = False  # it declares an output schema: its items are structuredContent
+    task: str = "forbidden"
+    reissue: bool = False  # annotated read-only or idempotent: a broken call may be sent again
 
 
 def needs_task(tool: Any) -> bool:
@@ -54,6 +58,8 @@ class Catalog:
         self.listed: dict[str, ListedTool] = {}
         self.hidden = frozenset(hidden)  # MCP names callable via Host.call, never offered
         self._task_only_said: frozenset[str] = frozenset()
+        self.runs_tasks = False  # the server offers task-augmented tools/call
+        self.every_call_a_task = False  # … in the 2026 form (the tasks extension)
 
     async def list_tools(self, session: Any) -> None:
         from mcp_types import PaginatedRequestParams
@@ -67,6 +73,14 @@ class Catalog:
             cursor = page.next_cursor
             if not cursor:
                 break
+        from gantry.mcp import era, taskext
+        from gantry.mcp.tasks import server_runs_tasks, task_support
+
+        caps = getattr(session, "server_capabilities", None)
+        # 2026: the server decides per call whether to answer with a task, so every call on a
+        # server that offers the extension is made as one may (tasks.py).
+        self.every_call_a_task = era.modern(session) and taskext.offered(caps)
+        self.runs_tasks = self.every_call_a_task or server_runs_tasks(caps)
         names = convert.exposed_names(self.name, [t.name for t in tools])
         listed: dict[str, ListedTool] = {}
         for t in tools:
@@ -75,6 +89,8 @@ class Catalog:
                 t.name, names[t.name], t.description or "", schema,
                 compile_schema(schema, names[t.name]), needs_task(t),
                 structured=getattr(t, "output_schema", None) is not None,
+                task=task_support(t),
+                reissue=reissue_safe(t),
             )
         self.listed = listed
         self._register()
@@ -83,17 +99,19 @@ class Catalog:
         tools = [
             Tool(lt.exposed, lt.description, lt.schema, partial(self._tool_call, lt),
                  self.source)
-            for lt in self.listed.values() if lt.name not in self.hidden and not lt.needs_task
+            for lt in self.listed.values()
+            if lt.name not in self.hidden and (self.runs_tasks or not lt.needs_task)
         ]
         held = sorted(lt.name for lt in self.listed.values() if lt.name in self.hidden)
         if held:
             log.info("mcp tools kept off the model's list (used by gantry itself)",
                      extra={"server": self.name, "tools": held})
         task_only = frozenset(lt.name for lt in self.listed.values()
-                              if lt.needs_task and lt.name not in self.hidden)
+                              if lt.needs_task and lt.name not in self.hidden
+                              and not self.runs_tasks)
         if task_only and task_only != self._task_only_said:  # once, not at every restart
             log.warning("mcp tools not offered: they can only be called as tasks "
-                        "(taskSupport required), which gantry does not do",
+                        "(taskSupport required), and the server does not offer tasks",
                         extra={"server": self.name, "tools": sorted(task_only)})
         self._task_only_said = task_only
         taken = {n for n in self.registry.names() if self.registry.source(n) != self.source}
@@ -109,10 +127,16 @@ class Catalog:
             raise ToolError(result.text)
         return result.text
 
+    def as_task(self, tool: str) -> bool:
+        """Whether a call of the MCP tool `tool` is made as a task (gantry/mcp/tasks.py)."""
+        return self.every_call_a_task or (self.runs_tasks and any(
+            lt.name == tool and lt.task != "forbidden" for lt in self.listed.values()))
+
     def notes(self) -> list[str]:
         """What /status says of tools listed but not offered."""
         held = sum(lt.name in self.hidden for lt in self.listed.values())
-        tasks = sum(lt.needs_task and lt.name not in self.hidden for lt in self.listed.values())
+        tasks = sum(lt.needs_task and lt.name not in self.hidden and not self.runs_tasks
+                    for lt in self.listed.values())
         notes = []
         if held:
             notes.append(f"{held} for memory only")

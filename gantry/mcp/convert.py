@@ -90,9 +90,38 @@ def _offer(keep: Keep | None, data: str, mime: str, name: str) -> str:
     return f"; attachment {ident}: send_attachment can send it to the user" if ident else ""
 
 
-def block_text(block: Any, keep: Keep | None = None) -> str:
+def resource_text(res: Any, keep: Keep | None = None) -> str:
+    """One resource's contents (embedded in a result, or read with resources/read): its
+    text under a header line, or a placeholder for a blob (kept with `keep`)."""
+    uri = str(getattr(res, "uri", "") or "")
+    text = getattr(res, "text", None)
+    if text is not None:
+        return f"[resource {uri}]\n{text}"
+    mime = getattr(res, "mime_type", None) or "binary"
+    blob = str(getattr(res, "blob", "") or "")
+    name = uri.split("?", 1)[0]
+    return f"[resource {uri}, {mime}, {_size(_b64_len(blob))}{_offer(keep, blob, mime, name)}]"
+
+
+READ_TOOL = "resource_read"  # gantry/mcp/resource_tool.py
+
+
+def link_text(block: Any, reader: str = "") -> str:
+    """A resource_link: its uri, name and type; with `reader` (the server's name, when the
+    resource tools read it) how the model can read it."""
+    uri = str(getattr(block, "uri", "") or "")
+    about = [str(x) for x in (getattr(block, "name", None), getattr(block, "mime_type", None))
+             if x]
+    shown = f"[resource link {uri}" + (f" ({', '.join(about)})" if about else "")
+    if not reader:
+        return shown + "]"
+    return f"{shown}; {READ_TOOL} can read it: server {reader!r}, this uri]"
+
+
+def block_text(block: Any, keep: Keep | None = None, reader: str = "") -> str:
     """One content block as text; binary and resource blocks become short placeholders.
-    With `keep`, binary bytes are kept and the placeholder names their attachment id."""
+    With `keep`, binary bytes are kept and the placeholder names their attachment id; with
+    `reader`, a resource link says how to read it (see link_text)."""
     kind = getattr(block, "type", None)
     if kind == "text":
         return str(getattr(block, "text", ""))
@@ -101,22 +130,14 @@ def block_text(block: Any, keep: Keep | None = None) -> str:
         data = str(getattr(block, "data", "") or "")
         return f"[{mime}, {_size(_b64_len(data))}{_offer(keep, data, str(mime), '')}]"
     if kind == "resource":
-        res = getattr(block, "resource", None)
-        uri = str(getattr(res, "uri", "") or "")
-        text = getattr(res, "text", None)
-        if text is not None:
-            return f"[resource {uri}]\n{text}"
-        mime = getattr(res, "mime_type", None) or "binary"
-        blob = str(getattr(res, "blob", "") or "")
-        name = uri.split("?", 1)[0]
-        return f"[resource {uri}, {mime}, {_size(_b64_len(blob))}{_offer(keep, blob, mime, name)}]"
+        return resource_text(getattr(block, "resource", None), keep)
     if kind == "resource_link":
-        return f"[resource link {getattr(block, 'uri', '')}]"
+        return link_text(block, reader)
     return f"[{kind or 'unknown'} content]"
 
 
 def result_text(content: Sequence[Any], structured: Any, is_error: bool,
-                keep: Keep | None = None) -> str:
+                keep: Keep | None = None, reader: str = "") -> str:
     """What the model reads for a tools/call result.
 
     Text passes through; other blocks become placeholders; `structuredContent` is used when
@@ -126,7 +147,7 @@ def result_text(content: Sequence[Any], structured: Any, is_error: bool,
         text = str(getattr(content[0], "text", ""))  # the common case, without the walk below
         if text:
             return text
-    parts = [block_text(b, keep) for b in content or ()]
+    parts = [block_text(b, keep, reader) for b in content or ()]
     has_text = any(getattr(b, "type", None) == "text" for b in content or ())
     if not has_text and structured is not None:
         parts.insert(0, json.dumps(structured, ensure_ascii=False, separators=(",", ":")))

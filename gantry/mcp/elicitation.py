@@ -73,13 +73,23 @@ class Elicitor:
 
     async def answer(self, server: str, inflight: InFlight, params: Any) -> Any:
         """The ElicitResult for one request; every path ends in one (never an exception)."""
-        from mcp_types import ElicitRequestURLParams, ElicitResult
+        from mcp_types import ElicitResult
 
         caller, deadlines = inflight.owner()
         if caller is None and inflight.calls:
-            dialog, why = None, "tool calls of more than one chat are running on the server"
-        else:
-            dialog, why = elicit.who_answers(caller, self.dialogs)
+            log.info("elicitation declined: nobody can answer", extra={
+                "server": server,
+                "why": "tool calls of more than one chat are running on the server"})
+            return ElicitResult(action="decline")
+        return await self.ask(server, caller, deadlines, params)
+
+    async def ask(self, server: str, caller: Caller | None, deadlines: list[Deadline],
+                  params: Any) -> Any:
+        """The ElicitResult for one request known to serve `caller`'s calls (`deadlines`):
+        the 2025 path finds them by InFlight.owner, a 2026 input request (mrtr.py) knows."""
+        from mcp_types import ElicitRequestURLParams, ElicitResult
+
+        dialog, why = elicit.who_answers(caller, self.dialogs)
         if dialog is None or caller is None:
             log.info("elicitation declined: nobody can answer", extra={"server": server,
                                                                        "why": why})

@@ -3,8 +3,10 @@
 Public API for other packages (memory's MCP backend): `Host.names()`, `Host.call(server, tool,
 args)`, `Host.tools(server)`, `Host.instructions(server)`; watches add `Host.can_subscribe`,
 `Host.subscribe`, `Host.read_resource` and `Host.on_resource_updated` (resubscribed after every
-restart). A server's parts: supervise.py (its connection), caller.py (its calls), catalog.py
-(its tools), resources.py (its subscriptions), elicitation.py (its questions to the user).
+restart); the /prompt commands `Host.prompts` and `Host.get_prompt`. A server's parts:
+supervise.py (its connection), caller.py (its calls), catalog.py (its tools), prompts.py (its
+prompts), resource_tool.py (its resources, for the model), resources.py (its subscriptions),
+elicitation.py (its questions to the user).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from gantry.mcp.catalog import ListedTool
 from gantry.mcp.convert import CallResult
 from gantry.mcp.elicitation import Elicitor
 from gantry.mcp.manifest import ServerSpec
+from gantry.mcp.prompts import Got, ListedPrompt, PromptError, get_prompt, prompt_message
+from gantry.mcp.resource_tool import ResourceTools
 from gantry.mcp.server import Server
 from gantry.mcp.trouble import ServerStartError, cause, describe
 from gantry.tools import Registry
@@ -48,9 +52,18 @@ class Host:
         `keep`: where tool results' binary content is kept (gantry.outbox)."""
         hidden = hidden or {}
         self.elicitor = elicitor
-        self.servers = {s.name: Server(s, registry, environ, hidden.get(s.name, ()), auth,
-                                       elicitor, keep)
-                        for s in specs}
+        self.keep = keep
+        self.registry = registry
+        self.servers: dict[str, Server] = {}
+        self.resource_tools = ResourceTools(registry, self.servers, keep)
+        for s in specs:
+            self.servers[s.name] = Server(s, registry, environ, hidden.get(s.name, ()), auth,
+                                          elicitor, keep, self.resource_tools.update)
+
+    def use_tasks(self, book: Any) -> None:
+        """Record every server's task calls in `book` (a TaskBook): they survive a restart."""
+        for server in self.servers.values():
+            server.caller.tasks.book = book
 
     def names(self) -> list[str]:
         return list(self.servers)
@@ -109,6 +122,23 @@ class Host:
         resubscribed `uri`; it must not block (it runs in the session's reader)."""
         for s in self.servers.values():
             s.watches.on_updated = callback
+
+    def prompts(self) -> list[tuple[str, ListedPrompt]]:
+        """(server, prompt) for every prompt the servers list, in manifest order."""
+        return [(s.name, p) for s in self.servers.values() for p in s.prompts.listed.values()]
+
+    async def get_prompt(self, server: str, name: str, arguments: Mapping[str, str]) -> Got:
+        """prompts/get, as the user's message (text bounded like a tool result); PromptError
+        says why not."""
+        s = self.servers.get(server)
+        if s is None:
+            raise PromptError(f"no MCP server named {server!r}")
+        if s.session is None:
+            raise PromptError(f"MCP server {server!r} is {s.state}; try again shortly")
+        result = await get_prompt(s.session, server, s.spec.timeout_seconds, name, arguments)
+        reader = server if s.resource_listing.offered else ""
+        return prompt_message(result.messages, self.registry.result_max_chars, self.keep,
+                              reader)
 
     def tools(self, server: str) -> list[ListedTool]:
         s = self.servers.get(server)

@@ -10,6 +10,7 @@ transaction, and the daemon picks it up at its next connection.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any, TextIO
 from urllib.parse import parse_qs, urlsplit
 
 LOGIN_TIMEOUT = 900.0  # seconds for the whole login; an authorization code lives ~10 min
+_ISSUER = re.compile(r"\biss(uer)?\b")  # the SDK's RFC 9207 / RFC 8414 §3.3 refusals
 MAX_TRIES = 3  # pasted answers that are not an address or a code, before giving up
 
 
@@ -85,7 +87,8 @@ class Terminal:
         return str(line)
 
 
-def handlers(term: Terminal, redirect: str, needs_iss: Callable[[], bool]
+def handlers(term: Terminal, redirect: str, needs_iss: Callable[[], bool],
+             metadata_url: str | None = None
              ) -> tuple[Callable[[str], Awaitable[None]], Callable[[], Awaitable[Any]]]:
     """The SDK provider's redirect and callback handlers for the paste-back flow."""
     from mcp.client.auth import AuthorizationCodeResult
@@ -93,8 +96,12 @@ def handlers(term: Terminal, redirect: str, needs_iss: Callable[[], bool]
     sent: dict[str, str] = {}
 
     async def show(url: str) -> None:
-        sent["state"] = {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}.get(
-            "state", "")
+        query = {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
+        sent["state"] = query.get("state", "")
+        if metadata_url is not None and query.get("client_id") == metadata_url:
+            term.say(f"\ngantry names itself by its client metadata document, {metadata_url}; "
+                     f"the authorization server fetches it, and its redirect_uris must list "
+                     f"{redirect} (docs/mcp.md, \"OAuth\").")
         term.say("\nOpen this address in a browser, on any machine, and approve:\n\n"
                  f"  {url}\n\n"
                  f"Your browser is then sent to {redirect}?code=… — nothing needs to answer "
@@ -159,6 +166,9 @@ def _explain(exc: BaseException, spec: Any) -> str:
                 "client_secret, if it gives one) in the manifest" if spec.client_id is None
                 else "")
         return f"client registration failed: {str(exc)[:300]}{hint}"
+    if isinstance(exc, OAuthFlowError) and _ISSUER.search(str(exc).split(":")[0]):
+        return (f"refused: the answer does not come from the authorization server gantry "
+                f"asked ({str(exc)[:300]}); nothing was stored")
     if isinstance(exc, OAuthFlowError):
         return f"the OAuth flow failed: {str(exc)[:300]}"
     if isinstance(exc, TimeoutError):
@@ -177,15 +187,20 @@ async def login(spec: Any, store: Any, term: Terminal, environ: Mapping[str, str
     import anyio
     from mcp.client.auth import OAuthClientProvider
 
-    from gantry.mcp import oauth
+    from gantry.mcp import cimd, issuer, oauth
 
     record = store.get(spec.name)
+    old_issuer = issuer.stored(record.as_metadata) if record is not None else None
     reuse = None
     if spec.client_id is None and record is not None and record.url == spec.url \
             and record.client_info and not new_client:
         from mcp.shared.auth import OAuthClientInformationFull
 
         reuse = OAuthClientInformationFull.model_validate_json(record.client_info)
+        if not cimd.reusable(reuse.client_id, spec.oauth_client_metadata_url):
+            reuse = None
+        elif reuse.issuer is None:  # so the SDK re-registers if the issuer is another now
+            reuse.issuer = old_issuer
     storage = MemoryStorage(oauth.manifest_client(spec) or reuse)
     provider: OAuthClientProvider
 
@@ -193,9 +208,11 @@ async def login(spec: Any, store: Any, term: Terminal, environ: Mapping[str, str
         meta = provider.context.oauth_metadata
         return bool(meta and meta.authorization_response_iss_parameter_supported)
 
-    show, read = handlers(term, oauth.redirect_uri(spec), needs_iss)
+    show, read = handlers(term, oauth.redirect_uri(spec), needs_iss,
+                          spec.oauth_client_metadata_url)
     provider = OAuthClientProvider(server_url=spec.url, client_metadata=oauth.client_metadata(spec),
-                                   storage=storage, redirect_handler=show, callback_handler=read)
+                                   storage=storage, redirect_handler=show, callback_handler=read,
+                                   client_metadata_url=spec.oauth_client_metadata_url)
     # The SDK logs a failed flow with its traceback; the operator gets one sentence instead.
     logging.getLogger("mcp.client.auth").setLevel(logging.CRITICAL)
     term.say(f"Logging in to MCP server {spec.name!r} ({spec.where}).")
@@ -221,6 +238,11 @@ async def login(spec: Any, store: Any, term: Terminal, environ: Mapping[str, str
         resource_metadata=ctx.protected_resource_metadata.model_dump_json(exclude_none=True)
         if ctx.protected_resource_metadata else None,
     )
+    new_issuer = str(ctx.oauth_metadata.issuer) if ctx.oauth_metadata else None
+    if old_issuer and new_issuer and not issuer.same(old_issuer, new_issuer):
+        term.say(f"\nThe server's authorization server changed from {old_issuer} to "
+                 f"{new_issuer}: the old login is replaced, and its registration was not "
+                 "used there.")
     refresh = "it refreshes" if storage.tokens.refresh_token else \
         "no refresh token was given: log in again when it expires"
     term.say(f"\nLogged in to {spec.name!r}: {tools} tools. The tokens are in the database; "

@@ -29,6 +29,8 @@ MAX_TIMEOUT = 3600.0
 STREAMABLE_HTTP = "streamable-http"
 SSE = "sse"
 TRANSPORTS = (STREAMABLE_HTTP, SSE)
+# `protocol`: probe for the 2026-07-28 revision and fall back, or pin one era.
+PROTOCOLS = ("auto", "2026", "2025")
 # RFC 9110 token: what a header field name may be.
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # Headers the SDK's transports set themselves; a manifest value would break the session.
@@ -36,7 +38,8 @@ _TRANSPORT_HEADERS = frozenset({"mcp-session-id", "mcp-protocol-version", "last-
                                 "content-type", "content-length", "transfer-encoding",
                                 "accept", "connection"})
 _STDIO_KEYS = ("command", "args", "env", "cwd")
-_OAUTH_KEYS = ("auth", "client_id", "client_secret", "scopes", "redirect_uri")
+_OAUTH_KEYS = ("auth", "client_id", "client_secret", "scopes", "redirect_uri",
+               "oauth_client_metadata_url")
 _REMOTE_KEYS = ("url", "transport", "headers", "allow_http", *_OAUTH_KEYS)
 HIDDEN = "[REDACTED]"
 
@@ -60,12 +63,19 @@ class ServerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     allow_http: bool = False
     required: bool = True
     timeout_seconds: float = DEFAULT_TIMEOUT
+    # The built-in resource_list / resource_read tools read this server's resources
+    # (gantry/mcp/resource_tool.py); `resources = false` keeps them off it.
+    resources: bool = True
+    # Which MCP protocol era to speak (gantry/mcp/era.py): "auto" probes server/discover.
+    protocol: str = "auto"
     # OAuth for a remote server (gantry/mcp/oauth.py, docs/mcp.md "OAuth").
     auth: str | None = None
     client_id: str | None = None
     client_secret: str | None = None
     scopes: list[str] | None = None
     redirect_uri: str | None = None
+    # Client ID Metadata Document: an https client_id (gantry/mcp/cimd.py).
+    oauth_client_metadata_url: str | None = None
     # What `${VAR}`s were replaced with (set by `parse`, never read from the manifest).
     expanded: tuple[str, ...] = ()
 
@@ -94,22 +104,27 @@ class ServerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
             return (f"ServerSpec(name={self.name!r}, url={self.where!r}, "
                     f"transport={self.transport!r}, headers={headers!r}, "
                     f"required={self.required!r}, timeout_seconds={self.timeout_seconds!r}"
-                    f"{self._auth_repr()})")
+                    f"{self._resources_repr()}{self._auth_repr()})")
         env = {k: HIDDEN for k in self.env}
         args = [self.hide(a) for a in self.args]
         cwd = self.hide(self.cwd) if self.cwd is not None else None
         return (f"ServerSpec(name={self.name!r}, command={self.where!r}, args={args!r}, "
                 f"env={env!r}, cwd={cwd!r}, required={self.required!r}, "
-                f"timeout_seconds={self.timeout_seconds!r})")
+                f"timeout_seconds={self.timeout_seconds!r}{self._resources_repr()})")
 
     __str__ = __repr__
+
+    def _resources_repr(self) -> str:
+        return "" if self.resources else ", resources=False"
 
     def _auth_repr(self) -> str:
         if self.auth is None:
             return ""
         secret = ", client_secret=" + repr(HIDDEN) if self.client_secret is not None else ""
         return (f", auth={self.auth!r}, client_id={self.client_id!r}{secret}, "
-                f"scopes={self.scopes!r}, redirect_uri={self.redirect_uri!r}")
+                f"scopes={self.scopes!r}, redirect_uri={self.redirect_uri!r}"
+                + (f", oauth_client_metadata_url={self.oauth_client_metadata_url!r}"
+                   if self.oauth_client_metadata_url is not None else ""))
 
 
 def shown_url(url: str) -> str:
@@ -201,8 +216,8 @@ def _decode_error(where: str, exc: msgspec.ValidationError) -> str:
 
 
 ALLOWED = ("name", "command", "args", "env", "cwd", "url", "transport", "headers", "allow_http",
-           "required", "timeout_seconds", "auth", "client_id", "client_secret", "scopes",
-           "redirect_uri")
+           "required", "timeout_seconds", "resources", "auth", "client_id", "client_secret",
+           "scopes", "redirect_uri", "oauth_client_metadata_url", "protocol")
 
 
 def _unknown_key(where: str, key: str) -> str:
@@ -278,6 +293,12 @@ def _check(spec: ServerSpec, raw: dict[str, Any], where: str,
         problems.append(f"{where}: name must match [A-Za-z0-9][A-Za-z0-9_-]*")
     if not 0 < spec.timeout_seconds <= MAX_TIMEOUT:
         problems.append(f"{where}: timeout_seconds must be between 0 and {MAX_TIMEOUT:g}")
+    if spec.protocol not in PROTOCOLS:
+        problems.append(f"{where}: protocol must be one of {', '.join(map(repr, PROTOCOLS))} "
+                        f"(got {spec.protocol!r})")
+    elif spec.protocol == "2026" and spec.url is not None and spec.transport == SSE:
+        problems.append(f"{where}: protocol = \"2026\" needs transport = \"streamable-http\" "
+                        "(the 2026-07-28 revision has no legacy SSE transport)")
     if spec.url is not None and spec.command is not None:
         problems.append(f"{where}: url and command cannot both be set: command starts a "
                         "child over stdio, url reaches a remote server")
@@ -417,6 +438,15 @@ def _check_oauth(spec: ServerSpec, where: str, environ: Mapping[str, str]) -> li
                             "http(s) URL (the one registered for client_id)")
         elif parts.fragment:
             problems.append(f"{where}: redirect_uri must not have a #fragment")
+    if spec.oauth_client_metadata_url is not None:
+        from gantry.mcp.cimd import url_problem
+
+        why = url_problem(spec.oauth_client_metadata_url)
+        if why is not None:
+            problems.append(f"{where}: oauth_client_metadata_url: {why}")
+        if spec.client_id is not None:
+            problems.append(f"{where}: oauth_client_metadata_url and client_id are two ways "
+                            "to name gantry to the authorization server; keep one")
     return problems
 
 

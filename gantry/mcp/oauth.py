@@ -1,13 +1,19 @@
 """OAuth for remote MCP servers on the SDK's `OAuthClientProvider` (mcp.client.auth).
 
 Two providers over the same storage (gantry.db, gantry/mcp/tokens.py):
-- `LoginProvider` (`gantry mcp login NAME`): the SDK's whole flow — discovery, dynamic client
-  registration (or the manifest's client_id), authorization code with PKCE, token exchange —
+- `LoginProvider` (`gantry mcp login NAME`): the SDK's whole flow — discovery, a Client ID
+  Metadata Document where the manifest names one and the authorization server takes it, else
+  dynamic client registration (or the manifest's client_id), authorization code with PKCE and
+  the RFC 9207 `iss` check, token exchange —
   with a redirect handler that prints the URL and a callback handler that reads the pasted
   redirect (gantry/mcp/login.py).
 - `RuntimeProvider` (the daemon, `tools list`, `check`): the SDK's flow for sending the token
   and refreshing it, never an interactive authorization. Where the SDK would start one (a 401),
   the request fails and `Gate` says why, so the server shows "run gantry mcp login NAME".
+
+A server whose protected-resource metadata names another authorization server than the one
+the row's login is for gets no refresh and no token from the row (gantry/mcp/issuer.py): a
+new login is asked for.
 
 Three things the SDK does not keep across processes are kept in the row: the access token's
 absolute expiry (its `expires_in` is relative; the SDK does not load an expiry with stored
@@ -25,6 +31,12 @@ from typing import Any
 
 import httpx2
 from mcp.client.auth import OAuthClientProvider, OAuthTokenError
+from mcp.client.auth.utils import (
+    build_protected_resource_metadata_discovery_urls,
+    create_oauth_metadata_request,
+    extract_resource_metadata_from_www_auth,
+    handle_protected_resource_response,
+)
 from mcp.shared.auth import (
     OAuthClientInformationFull,
     OAuthClientMetadata,
@@ -33,6 +45,8 @@ from mcp.shared.auth import (
     ProtectedResourceMetadata,
 )
 
+from gantry.mcp import issuer
+from gantry.mcp.cimd import APPLICATION_TYPE
 from gantry.mcp.manifest import ServerSpec
 from gantry.mcp.tokens import LOGIN_HINT, Record, TokenStore, problem
 
@@ -57,6 +71,7 @@ def client_metadata(spec: ServerSpec) -> OAuthClientMetadata:
         grant_types=["authorization_code", "refresh_token"],
         response_types=["code"],
         scope=" ".join(spec.scopes) if spec.scopes else None,
+        application_type=APPLICATION_TYPE,
     )
 
 
@@ -145,6 +160,8 @@ class DbTokenStorage:
         if record is None or record.url != self.url or not record.client_info:
             return None
         info = OAuthClientInformationFull.model_validate_json(record.client_info)
+        if info.issuer is None:  # registered before the SDK stamped it: the login's issuer
+            info.issuer = issuer.stored(record.as_metadata)
         if info.client_secret:
             from gantry.log import share_secrets
 
@@ -292,6 +309,18 @@ class RuntimeProvider(OAuthClientProvider):
             return  # the token endpoint's answer is the response: this request fails
         finally:
             await flow.aclose()
+        old = issuer.stored(self.db.loaded.as_metadata) if self.db.loaded is not None else None
+        answered = True  # whether `response` is the server's answer to `request`
+        if self.refused is None and response.status_code == 401 and old is not None:
+            # Before a refresh: is the login still for the server's authorization server?
+            for url in build_protected_resource_metadata_discovery_urls(
+                    extract_resource_metadata_from_www_auth(response), self.context.server_url):
+                found = yield create_oauth_metadata_request(url)
+                answered = False
+                prm = await handle_protected_resource_response(found)
+                if prm is not None:
+                    self.refused = issuer.moved(old, [str(a) for a in prm.authorization_servers])
+                    break
         # One refresh for a refused token that looked valid; not where nothing may be stored
         # (gantry check), as the refresh token may rotate.
         if self.refused is None and response.status_code == 401 \
@@ -299,6 +328,7 @@ class RuntimeProvider(OAuthClientProvider):
             async with self.context.lock:
                 if self.context.can_refresh_token():
                     refreshed = yield await self._refresh_token()
+                    answered = True  # a refused refresh's answer fails the request too
                     try:
                         ok = await self._handle_refresh_response(refreshed)
                     except _RefreshUnavailable as exc:
@@ -310,6 +340,8 @@ class RuntimeProvider(OAuthClientProvider):
                         if not _challenged(response):
                             return
                         self.refused = "the server refused a freshly refreshed access token"
+        if not answered:  # the last answer was metadata (200): the request must still fail
+            response = yield _without_token(request)
         self._refuse(request, response)
 
     def _unavailable(self, exc: _RefreshUnavailable) -> None:
@@ -327,6 +359,14 @@ class RuntimeProvider(OAuthClientProvider):
             self.gate.refuse("the server asks for a login and none is stored")
         else:
             self.gate.refuse("the server refused the access token")
+
+
+def _without_token(request: httpx2.Request) -> httpx2.Request:
+    """`request` again minus its access token, for the server's own 401 to end a request
+    that gets no token."""
+    headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "authorization"]
+    return httpx2.Request(request.method, request.url, headers=headers, content=request.content,
+                          extensions=request.extensions)
 
 
 class _RefreshUnavailable(Exception):

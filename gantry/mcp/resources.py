@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -24,6 +24,9 @@ class Subscriptions:
         self.can_subscribe = False  # its capabilities include resources.subscribe
         self.uris: set[str] = set()  # resource URIs, subscribed again on restart
         self.on_updated: Callable[[str, str], None] | None = None
+        # Set while a 2026-era session carries the URIs on subscriptions/listen (listen.py):
+        # a new URI re-opens that stream instead of sending resources/subscribe.
+        self.listening: Callable[[], Awaitable[None]] | None = None
 
     def updated(self, uri: str) -> None:
         """notifications/resources/updated (the session's reader calls it: it must not block)."""
@@ -32,10 +35,15 @@ class Subscriptions:
 
     async def resubscribe(self, session: Any) -> None:
         """A new session has no subscriptions: send them again, and have each resource read
-        again (it may have changed while the server was down)."""
+        again (it may have changed while the server was down). A 2026-era session has no
+        resources/subscribe: its listen stream names them (listen.py)."""
+        from gantry.mcp.era import modern
+
+        stateless = modern(session)
         for uri in sorted(self.uris):
             try:
-                await self._subscribe(session, uri)
+                if not stateless:
+                    await self._subscribe(session, uri)
             except Exception as exc:
                 log.warning("mcp resource resubscribe failed",
                             extra={"server": self.name, "uri": uri, "error": describe(exc)})
@@ -52,7 +60,9 @@ class Subscriptions:
         """Subscribe to `uri` now if `session` is up (raising on failure), and after every
         restart."""
         self.uris.add(uri)
-        if session is not None:
+        if session is not None and self.listening is not None:
+            await self.listening()
+        elif session is not None:
             await self._subscribe(session, uri)
 
     async def read(self, session: Any, state: str, uri: str) -> CallResult:

@@ -1,14 +1,15 @@
-"""One manifest server, composed: its supervisor, its call path, its tools and its watches."""
+"""One manifest server, composed: its supervisor, its call path, its tools, its prompts, its
+resources and its watches."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import anyio
 from anyio.abc import TaskStatus
 
-from gantry.mcp import convert
+from gantry.mcp import convert, era
 from gantry.mcp.auth import AuthHook
 from gantry.mcp.breaker import Breaker
 from gantry.mcp.caller import Caller
@@ -17,6 +18,8 @@ from gantry.mcp.convert import CallResult
 from gantry.mcp.elicitation import Asking, Elicitor
 from gantry.mcp.link import Link
 from gantry.mcp.manifest import ServerSpec
+from gantry.mcp.prompts import PromptListing
+from gantry.mcp.resource_tool import ResourceListing
 from gantry.mcp.resources import Subscriptions
 from gantry.mcp.supervise import Supervisor
 from gantry.mcp.validate import ArgsValidator
@@ -25,21 +28,27 @@ from gantry.tools import Registry
 
 class Server:
     """One manifest server: a Supervisor keeps its session, a Caller calls its tools, a
-    Catalog offers them, Subscriptions hold its watched resources."""
+    Catalog offers them, listings hold its prompts and resources, Subscriptions its watched
+    resources. `on_resources`: called when its resources were listed (the resource tools)."""
 
     def __init__(
         self, spec: ServerSpec, registry: Registry, environ: Mapping[str, str],
         hidden: Collection[str] = (), auth: AuthHook | None = None,
         elicitor: Elicitor | None = None, keep: convert.Keep | None = None,
+        on_resources: Callable[[], None] | None = None,
     ) -> None:
         self.spec = spec
         self.name = spec.name
         self.catalog = Catalog(spec.name, registry, hidden, self.call)
         self.watches = Subscriptions(spec)
         self.asking = Asking(spec.name, elicitor)
+        self.prompts = PromptListing(spec.name)
+        self.resource_listing = ResourceListing(spec, private=bool(hidden),
+                                                on_change=on_resources)
         self.supervisor = Supervisor(spec, environ, auth, self.catalog, self.watches,
-                                     self.asking)
+                                     self.asking, (self.prompts, self.resource_listing))
         self.caller = Caller(self.supervisor, self.asking, keep)
+        self.caller.readable = lambda: self.resource_listing.offered
         # The parts' objects that are never replaced, under the names Host's users read.
         self.login: Any = self.supervisor.login
         self.stats = self.caller.stats
@@ -98,6 +107,11 @@ class Server:
         return self.supervisor.instructions
 
     @property
+    def protocol(self) -> str:
+        """The MCP protocol version its last session spoke ("" before one came up)."""
+        return self.supervisor.protocol
+
+    @property
     def listed(self) -> dict[str, ListedTool]:
         return self.catalog.listed
 
@@ -114,5 +128,8 @@ class Server:
         notes = self.catalog.notes()
         tools = f"{len(self.listed)} tools" + (f" ({', '.join(notes)})" if notes else "")
         calls, errors = self.caller.totals()
+        # The era before the restarts: /status's block ends with "restarts" (its readers wait
+        # for it).
+        speaks = f"{era.describe(self.protocol)}, " if self.protocol else ""
         return (f"{self.name}: {self.supervisor.described_state()}, {tools}, {calls} calls, "
-                f"{errors} errors, {self.restarts} restarts")
+                f"{errors} errors, {speaks}{self.restarts} restarts")

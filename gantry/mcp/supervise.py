@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from anyio.abc import TaskStatus
@@ -22,7 +22,9 @@ from gantry.mcp.auth import AuthHook
 from gantry.mcp.breaker import Breaker
 from gantry.mcp.catalog import Catalog
 from gantry.mcp.elicitation import Asking
+from gantry.mcp.era import negotiate, probe
 from gantry.mcp.link import Link
+from gantry.mcp.listen import Listener
 from gantry.mcp.manifest import ServerSpec
 from gantry.mcp.resources import Subscriptions
 from gantry.mcp.trouble import ServerStartError, besides, cause, describe, redacted
@@ -37,6 +39,21 @@ STABLE_AFTER = 30.0  # up this long → the next crash starts the backoff from t
 REMOTE_BACKOFF_CAP = 2.0
 INIT_TIMEOUT = 30.0
 PING_TIMEOUT = 5.0
+
+
+class Listing(Protocol):
+    """A list a server keeps besides its tools (prompts.py, resource_tool.py): read after
+    every initialize, and again when the server says it changed."""
+
+    what: str  # for the log: "prompts", "resources"
+
+    async def refresh(self, session: Any, capabilities: Any) -> None:
+        """List it again (bounded by the caller's timeout); raising leaves the old list."""
+        ...
+
+    def changed(self, message: Any) -> bool:
+        """Whether a server notification says this list changed."""
+        ...
 
 
 def backoff(attempt: int, rng: random.Random | None = None) -> float:
@@ -74,13 +91,20 @@ class Supervisor:
     def __init__(
         self, spec: ServerSpec, environ: Mapping[str, str], auth: AuthHook | None,
         catalog: Catalog, watches: Subscriptions, asking: Asking,
+        listings: Sequence[Listing] = (),
     ) -> None:
         self.spec = spec
         self.name = spec.name
         self.environ = environ
         self.catalog = catalog  # listed at every start, and again on tools/list_changed
         self.watches = watches  # subscribed again at every start
+        # 2026 sessions: list changes come on a listen stream
+        self.listener = Listener(spec.name, watches, self._tools_changed, self._lists_changed)
+        self.protocol = ""  # the protocol version the last session spoke (era.py)
         self.asking = asking  # the elicitation callback each session gets
+        self.listings = tuple(listings)  # prompts and resources, listed at every start
+        self.capabilities: Any = None  # the server's, from its last initialize
+        self._stale: set[int] = set()  # indexes of listings whose list_changed came
         self.state = "starting"
         self.session: Any = None
         self.link: Link | None = None
@@ -150,7 +174,8 @@ class Supervisor:
                                      extra={"server": self.name,
                                             "tools": len(self.catalog.listed)})
                         ever_up = True
-                        await self._serve(session, link)
+                        async with self.listener.running(session):
+                            await self._serve(session, link)
                         reason = link.reason
                         renew = link.renew
                         self.session = None
@@ -241,6 +266,7 @@ class Supervisor:
         from mcp_types import Implementation
 
         from gantry import __version__
+        from gantry.mcp import taskext
 
         # The default read timeout bounds requests the SDK sends on its own (tools/list when
         # a called tool's output schema is not cached); ours carry their own timeouts.
@@ -250,15 +276,21 @@ class Supervisor:
             message_handler=self._on_message,
             elicitation_callback=self.asking.callback(),
             client_info=Implementation(name="gantry", version=__version__),
+            **taskext.session_options(),  # the 2026 tasks extension, declared
         )
 
     async def _initialize(self, session: Any, link: Link) -> None:
-        """initialize + tools/list; a child that dies meanwhile fails it at once (its stdout
-        closes, and the SDK fails the pending request)."""
+        """initialize, the listings (prompts, resources: each bounded on its own, a failure
+        only logged), then tools/list last, so tools listed means the server is all but up; a
+        child that dies meanwhile fails it at once (its stdout closes, and the SDK fails the
+        pending request)."""
         step = "initialize"
         try:
             with anyio.fail_after(INIT_TIMEOUT):
-                result = await session.initialize()
+                await negotiate(session, self.spec)
+            self.capabilities = session.server_capabilities
+            await self._list_all(session, range(len(self.listings)))
+            with anyio.fail_after(INIT_TIMEOUT):
                 step = "tools/list"
                 await self.catalog.list_tools(session)
         except Exception as exc:
@@ -272,8 +304,9 @@ class Supervisor:
             else:
                 why = describe(exc)
             raise ServerStartError(self._start_message(why, link.tail())) from None
-        self.instructions = result.instructions or ""
-        resources = getattr(result.capabilities, "resources", None)
+        self.protocol = session.protocol_version or ""
+        self.instructions = session.instructions or ""
+        resources = getattr(session.server_capabilities, "resources", None)
         self.watches.can_subscribe = bool(getattr(resources, "subscribe", False))
 
     async def _serve(self, session: Any, link: Link) -> None:
@@ -304,11 +337,14 @@ class Supervisor:
                 except Exception as exc:
                     log.warning("mcp tools/list failed", extra={"server": self.name,
                                                                  "error": str(exc)[:200]})
+            if self._stale:
+                stale, self._stale = sorted(self._stale), set()
+                await self._list_all(session, stale)
             if self._probe:
                 self._probe = False
                 with anyio.move_on_after(PING_TIMEOUT) as scope:
                     try:
-                        await session.send_ping()
+                        await probe(session)
                     except Exception:
                         scope.cancel()
                 if scope.cancelled_caught:
@@ -322,13 +358,38 @@ class Supervisor:
         from mcp_types import ResourceUpdatedNotification, ToolListChangedNotification
 
         if isinstance(message, ToolListChangedNotification):
-            self._refresh = True
-            self._wake.set()
+            self._tools_changed()
         elif isinstance(message, ResourceUpdatedNotification):
             self.watches.updated(str(message.params.uri))
+        elif any(listing.changed(message) for listing in self.listings):
+            self._stale.update(i for i, listing in enumerate(self.listings)
+                               if listing.changed(message))
+            self._wake.set()
         elif isinstance(message, Exception):
             log.warning("mcp transport error", extra={"server": self.name,
                                                        "error": str(message)[:200]})
+
+    async def _list_all(self, session: Any, which: Any) -> None:
+        """Each listing in `which` read again, each within INIT_TIMEOUT; a failure keeps
+        that list as it was (a server's prompts are no reason to refuse its tools)."""
+        for i in which:
+            listing = self.listings[i]
+            try:
+                with anyio.fail_after(INIT_TIMEOUT):
+                    await listing.refresh(session, self.capabilities)
+            except Exception as exc:
+                log.warning(f"mcp {listing.what} list failed; the last list is kept",
+                            extra={"server": self.name, "error": describe(exc)[:200]})
+
+    def _lists_changed(self, what: str) -> None:
+        """prompts or resources list_changed on a 2026 listen stream: that listing re-read."""
+        self._stale.update(i for i, listing in enumerate(self.listings) if listing.what == what)
+        self._wake.set()
+
+    def _tools_changed(self) -> None:
+        """tools/list_changed (a notification, or an event on a 2026 listen stream)."""
+        self._refresh = True
+        self._wake.set()
 
     # ------------------------------------------------------------------ for the call path
 

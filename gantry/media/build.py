@@ -50,7 +50,7 @@ def compose(*pieces: str) -> str:
     return "\n\n".join(p.strip() for p in pieces if p and p.strip())
 
 
-def reader_for(cfg: Any, verify: Any = True) -> MediaReader:
+def reader_for(cfg: Any, verify: Any = True, meter: Any = None) -> MediaReader:
     """The process's MediaReader from the configuration: transcription when
     LLM_TRANSCRIBE_MODEL is set, at LLM_TRANSCRIBE_BASE_URL/_API_KEY or else the chat
     model's URL and key."""
@@ -58,7 +58,7 @@ def reader_for(cfg: Any, verify: Any = True) -> MediaReader:
     if cfg.llm_transcribe_model:
         transcriber = Transcriber(cfg.llm_transcribe_base_url or cfg.llm_base_url,
                                   cfg.llm_transcribe_api_key or cfg.llm_api_key,
-                                  cfg.llm_transcribe_model, verify=verify)
+                                  cfg.llm_transcribe_model, verify=verify, meter=meter)
     return MediaReader(cfg.data_dir, cfg.media_max_bytes, transcriber,
                        cfg.document_timeout_seconds,
                        keep_seconds=cfg.media_keep_days * 86400.0,

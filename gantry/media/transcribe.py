@@ -54,21 +54,29 @@ async def capped_body(response: httpx.Response, limit: int) -> bytes | None:
     return bytes(data)
 
 
+def client_args(api_key: str, verify: ssl.SSLContext | bool, timeout: float,
+                transport: httpx.AsyncBaseTransport | None) -> dict[str, Any]:
+    """httpx.AsyncClient's arguments for an audio endpoint (transcription, speech): gantry's
+    User-Agent, the key as a bearer token, the timeout with a short connect."""
+    headers = {"User-Agent": f"gantry/{__version__}"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return {"headers": headers, "verify": verify, "transport": transport,
+            "timeout": httpx.Timeout(timeout, connect=min(timeout, 10.0))}
+
+
 class Transcriber:
     """One transcription endpoint: base URL, key and model."""
 
     def __init__(self, base_url: str, api_key: str, model: str, *,
                  verify: ssl.SSLContext | bool = True, timeout: float = 300.0,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self.url = base_url.rstrip("/") + "/audio/transcriptions"
+                 transport: httpx.AsyncBaseTransport | None = None, meter: Any = None) -> None:
+        """`meter` (gantry.model.ledger.Meter) set: each request is a usage-ledger row."""
+        self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + "/audio/transcriptions"
         self.model = model
-        headers = {"User-Agent": f"gantry/{__version__}"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        self._args: dict[str, Any] = {
-            "headers": headers, "verify": verify, "transport": transport,
-            "timeout": httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-        }
+        self.meter = meter
+        self._args = client_args(api_key, verify, timeout, transport)
         self._http: httpx.AsyncClient | None = None
 
     async def __call__(self, path: Path, name: str, mime: str, kind: str = "voice") -> str:
@@ -85,9 +93,11 @@ class Transcriber:
                     body = await capped_body(response, RESPONSE_MAX_BYTES)
         except httpx.HTTPError as exc:
             log.warning("transcription request failed", extra={"error": type(exc).__name__})
+            self._record(None, ok=False)
             raise TranscribeUnavailable(f"the service was not reachable: {type(exc).__name__}",
                                         kind) from None
         status = response.status_code
+        self._record(body, ok=status < 400)
         if status >= 500 or status == 429:
             log.warning("transcription failed", extra={"status": status})
             raise TranscribeUnavailable(f"the service answered HTTP {status}", kind)
@@ -110,7 +120,37 @@ class Transcriber:
             raise TranscribeUnavailable("the service sent no text", kind)
         return text.strip()
 
+    def _record(self, body: bytes | None, *, ok: bool) -> None:
+        """The request as a usage-ledger row: the tokens the service reported, if any, else
+        an estimate of the transcript (marked as one)."""
+        if self.meter is None:
+            return
+        usage, text = transcript_usage(body) if ok else (None, "")
+        self.meter.record_call(self.model, self.base_url, usage=usage,
+                               completion_chars=len(text), ok=ok, source="transcription")
+
     async def aclose(self) -> None:
         if self._http is not None:
             await self._http.aclose()
             self._http = None
+
+
+def transcript_usage(body: bytes | None) -> tuple[Any, str]:
+    """The `usage` a transcription reply reported (OpenAI's `input_tokens`/`output_tokens`),
+    as a chat Usage or None, and its text ("" when unreadable)."""
+    from gantry.model.wire import Usage
+
+    try:
+        parsed = json.loads(body or b"")
+    except ValueError:
+        return None, ""
+    if not isinstance(parsed, dict):
+        return None, ""
+    raw = parsed.get("text")
+    text = raw if isinstance(raw, str) else ""
+    usage = parsed.get("usage")
+    if isinstance(usage, dict):
+        prompt, completion = usage.get("input_tokens"), usage.get("output_tokens")
+        if isinstance(prompt, int) and isinstance(completion, int):
+            return Usage(prompt_tokens=prompt, completion_tokens=completion), text
+    return None, text

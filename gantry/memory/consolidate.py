@@ -25,6 +25,8 @@ from gantry.memory.store import (
     render_hits,
     validate,
 )
+from gantry.model.budget import BudgetReached
+from gantry.model.ledger import Tab, attributed
 from gantry.model.messages import SystemMessage, UserMessage
 
 log = logging.getLogger("gantry.memory.consolidate")
@@ -121,7 +123,7 @@ def build_prompt(
 class Outcome:
     """What one pass did (for logs and tests)."""
 
-    status: str  # idle | done | quarantined | deferred
+    status: str  # idle | done | quarantined | deferred | skipped (a budget reached)
     created: tuple[int, ...] = ()
     linked: tuple[int, ...] = ()
     flagged: tuple[int, ...] = ()
@@ -141,6 +143,7 @@ class Consolidator:
         self.store, self.model, self.persona = store, model, persona
         self.batch, self.tries = batch, tries
         self._lock = anyio.Lock()
+        self._tab = Tab(store.conn)
 
     async def every(self, seconds: float) -> None:
         """Run a pass every `seconds` for ever; a failing pass is logged and contained."""
@@ -155,7 +158,14 @@ class Consolidator:
         if self._lock.locked():
             return Outcome("busy")
         async with self._lock:
-            return await self._pass()
+            # The pass's model calls are counted as consolidation; each is closed in the
+            # transaction that stores what came of it (or, when nothing does, after).
+            self._tab = Tab(self.store.conn)
+            try:
+                with attributed("consolidation"):
+                    return await self._pass()
+            finally:
+                self._tab.close()
 
     # ------------------------------------------------------------------ one pass
 
@@ -205,6 +215,10 @@ class Consolidator:
                 )
             except ProviderError as exc:
                 return self._deferred(episode_ids, str(exc), through)
+            except BudgetReached as exc:  # nothing marked: the episodes wait for the next pass
+                log.warning("consolidation skipped: budget reached", extra={"error": exc.reason})
+                return Outcome("skipped")
+            self._tab.add(done.charge)
             output = done.text
             try:
                 plan = parse_plan(output)
@@ -258,6 +272,7 @@ class Consolidator:
                 )
             self._mark(episode_ids, "done")
             self._advance(through)
+            self._tab.settle()
         log.info(
             "consolidation pass done",
             extra={"episodes": len(episode_ids), "rows_created": len(created),
@@ -276,6 +291,7 @@ class Consolidator:
             )
             self._mark(episode_ids, "quarantined")
             self._advance(through)
+            self._tab.settle()
         log.error(
             "consolidation batch quarantined after invalid output",
             extra={"episodes": episode_ids, "tries": self.tries, "error": error[:300]},

@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from gantry.model.ledger import Charge
 from gantry.model.messages import AssistantMessage, FunctionCall, ToolCall, content_text, encode
 from gantry.model.wire import ChatChunk, ChatResponse, ResponseMessage, ToolCallDelta, Usage
 
@@ -28,7 +29,8 @@ class Completion(msgspec.Struct):
 
     Branch on `tool_calls`, not `finish_reason`: Gemini streams tool calls with "stop".
     `finish_reason` is normalised to "tool_calls" when calls are present. `reasoning` (sent
-    apart from the content) is never replayed: `to_message` leaves it out.
+    apart from the content) is never replayed: `to_message` leaves it out. `model` and
+    `endpoint` name who answered (set by the Provider that did: fallbacks may differ).
     """
 
     text: str = ""
@@ -36,6 +38,10 @@ class Completion(msgspec.Struct):
     finish_reason: str | None = None
     usage: Usage | None = None
     reasoning: str = ""
+    model: str = ""  # the model that answered (set by the Provider)
+    endpoint: str = ""  # its base URL, without credentials
+    reply_id: str | None = None  # the server's id of the reply
+    charge: Charge | None = None  # its usage row, closed where the reply is stored (ledger)
 
     def to_message(self) -> AssistantMessage:
         """The history entry for this turn (keeps tool-call metadata for replay)."""
@@ -151,6 +157,7 @@ class StreamAssembler:
         self._calls = ToolCallAssembler()
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
+        self.reply_id: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -166,6 +173,8 @@ class StreamAssembler:
         """Fold a chunk in; return the text it added ("" if none)."""
         if chunk.usage is not None:
             self.usage = chunk.usage
+        if chunk.id and self.reply_id is None:
+            self.reply_id = chunk.id
         added: list[str] = []
         for choice in chunk.choices or ():
             if choice.index not in (0, None):
@@ -196,6 +205,7 @@ class StreamAssembler:
             finish_reason=_finish(self.finish_reason, calls),
             usage=self.usage,
             reasoning="".join(self._reasoning),
+            reply_id=self.reply_id,
         )
 
 
@@ -223,4 +233,5 @@ def completion_from_response(response: ChatResponse) -> Completion:
         finish_reason=_finish(choice.finish_reason, calls),
         usage=response.usage,
         reasoning=message.reasoning_content or message.reasoning or "",
+        reply_id=response.id,
     )

@@ -22,6 +22,7 @@ import msgspec
 from gantry import __version__
 from gantry.model.assemble import Completion, StreamAssembler, completion_from_response
 from gantry.model.errors import HINTS, ProviderError, body_message, retry_after_seconds
+from gantry.model.ledger import Meter
 from gantry.model.messages import Message, ToolDef
 from gantry.model.retry import RetryPolicy, with_retries
 from gantry.model.sse import SSEParser
@@ -83,7 +84,10 @@ class Provider:
         sleep: Callable[[float], Awaitable[Any]] = anyio.sleep,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        meter: Meter | None = None,
     ) -> None:
+        """`meter` set: every HTTP attempt is a row of the usage ledger (gantry.model.ledger);
+        `gantry check`'s probe has none and is not counted."""
         url = httpx.URL(base_url)
         if url.scheme not in ("http", "https") or not url.host:
             raise ValueError(
@@ -99,6 +103,7 @@ class Provider:
         self._secrets = [api_key] if api_key else []
         self.model = model
         self.retry = retry or RetryPolicy()
+        self.meter = meter
         self._url = self.base_url + "/chat/completions"
         self._sleep = sleep
         self._clock = clock
@@ -163,24 +168,28 @@ class Provider:
         """
         body = self._body(messages, tools, max_tokens=max_tokens, stream=True)
         started = self._clock()
-        response, chunks, first = await self._with_retries(lambda: self._open_stream(body))
+        response, chunks, first, row = await self._with_retries(lambda: self._open_stream(body))
+        assembler = StreamAssembler()
+        completion: Completion | None = None
         try:
             if first is None:  # the server ignored stream=true and sent one JSON reply
                 try:
                     raw = await response.aread()
                 except httpx.HTTPError as exc:
                     raise self._transport_error(exc, during="reading the reply from") from None
-                completion = self._decode_completion(raw)
+                completion = self._charged(self._decode_completion(raw), row, len(body))
                 if completion.text:
                     yield TextDelta(completion.text)
             else:
-                assembler = StreamAssembler()
                 async for text in self._read_stream(chunks, first, assembler):
                     yield TextDelta(text)
-                completion = assembler.result()
+                completion = self._charged(assembler.result(), row, len(body))
         finally:
+            if completion is None:  # failed, cut or abandoned: the attempt is closed now
+                self._failed(row, assembler.text_length)
             with anyio.CancelScope(shield=True):  # close the socket even when cancelled
                 await response.aclose()
+        assert completion is not None
         self._log_done(completion, started, stream=True)
         yield Done(completion)
 
@@ -221,6 +230,7 @@ class Provider:
             f"{during} {self.shown_url} failed: {type(exc).__name__}: {detail}",
             hint=tls or "check LLM_BASE_URL and that the provider is reachable",
             retryable=_retryable_transport(exc) and not tls,
+            endpoint_fault=True,
         )
 
     async def _status_error(self, response: httpx.Response) -> ProviderError:
@@ -251,7 +261,8 @@ class Provider:
             response = decode_response(raw)
         except msgspec.DecodeError as exc:
             snippet = raw[:200].decode("utf-8", errors="replace")
-            raise self._error(f"malformed JSON reply ({exc}): {snippet}") from None
+            raise self._error(f"malformed JSON reply ({exc}): {snippet}",
+                              endpoint_fault=True) from None
         if response.error is not None:
             raise self._body_error(response.error)
         try:
@@ -259,35 +270,64 @@ class Provider:
         except ValueError as exc:
             raise self._error(str(exc)) from None
 
+    def _opened(self, body: bytes) -> int | None:
+        """The ledger row of an attempt about to be sent (committed before it goes)."""
+        return self.meter.open(self.model, self.shown_url, len(body)) if self.meter else None
+
+    def _failed(self, row: int | None, text_chars: int = 0) -> None:
+        if self.meter is not None and row is not None:
+            self.meter.fail(row, text_chars)
+
+    def _charged(self, completion: Completion, row: int | None, body_chars: int) -> Completion:
+        """The reply marked with who answered and, metered, the charge that closes its row."""
+        completion.model = self.model
+        completion.endpoint = self.shown_url
+        if self.meter is not None and row is not None:
+            received = len(completion.text) + len(completion.reasoning) + sum(
+                len(c.function.name) + len(c.function.arguments) for c in completion.tool_calls)
+            completion.charge = self.meter.charge(row, self.model, completion.usage, body_chars,
+                                                  received, completion.reply_id)
+        return completion
+
     async def _complete_once(self, body: bytes) -> Completion:
+        row = self._opened(body)
         try:
-            response = await self._client.post(
-                self._url, content=body, headers={"Accept": "application/json"}
-            )
-        except httpx.HTTPError as exc:  # transport, protocol and body-decoding errors alike
-            raise self._transport_error(exc, during="POST to") from None
-        if not response.is_success:
-            raise await self._status_error(response)
-        return self._decode_completion(response.content)
+            try:
+                response = await self._client.post(
+                    self._url, content=body, headers={"Accept": "application/json"}
+                )
+            except httpx.HTTPError as exc:  # transport, protocol and body-decoding errors alike
+                raise self._transport_error(exc, during="POST to") from None
+            if not response.is_success:
+                raise await self._status_error(response)
+            completion = self._decode_completion(response.content)
+        except BaseException:
+            self._failed(row)
+            raise
+        return self._charged(completion, row, len(body))
 
     async def _open_stream(
         self, body: bytes
-    ) -> tuple[httpx.Response, AsyncIterator[bytes], bytes | None]:
+    ) -> tuple[httpx.Response, AsyncIterator[bytes], bytes | None, int | None]:
         """Send and read up to the first body chunk — the last point where a retry is safe."""
         request = self._client.build_request(
             "POST", self._url, content=body, headers={"Accept": "text/event-stream"}
         )
+        row = self._opened(body)
         try:
             response = await self._client.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            raise self._transport_error(exc, during="POST to") from None
+        except BaseException as exc:
+            self._failed(row)
+            if isinstance(exc, httpx.HTTPError):
+                raise self._transport_error(exc, during="POST to") from None
+            raise
         try:
             if not response.is_success:
                 raise await self._status_error(response)
             content_type = response.headers.get("content-type", "")
             chunks = response.aiter_bytes()
             if content_type.startswith("application/json"):
-                return response, chunks, None
+                return response, chunks, None, row
             try:
                 first = await anext(chunks)
             except StopAsyncIteration:
@@ -295,14 +335,16 @@ class Provider:
                     "the provider sent an empty stream",
                     status=response.status_code,
                     retryable=True,
+                    endpoint_fault=True,
                 ) from None
             except httpx.HTTPError as exc:
                 raise self._transport_error(exc, during="reading the stream from") from None
         except BaseException:
+            self._failed(row)
             with anyio.CancelScope(shield=True):
                 await response.aclose()
             raise
-        return response, chunks, first
+        return response, chunks, first, row
 
     async def _read_stream(
         self, chunks: AsyncIterator[bytes], first: bytes, assembler: StreamAssembler
@@ -325,7 +367,8 @@ class Provider:
                         chunk = decode_chunk(payload)
                     except msgspec.DecodeError as exc:
                         raise self._error(
-                            f"malformed stream chunk ({exc}): {payload[:200]}"
+                            f"malformed stream chunk ({exc}): {payload[:200]}",
+                            endpoint_fault=True,
                         ) from None
                     if chunk.error is not None:
                         raise self._body_error(chunk.error)
@@ -347,12 +390,14 @@ class Provider:
                 f"{assembler.text_length} chars ({type(exc).__name__}: {exc}); "
                 "the partial reply was discarded",
                 hint="the provider or a proxy dropped the stream; try again",
+                endpoint_fault=True,
             ) from None
         if not assembler.finished:
             raise self._error(
                 f"stream cut: the stream ended without [DONE] or a finish_reason after "
                 f"{assembler.text_length} chars; the partial reply was discarded",
                 hint="the provider or a proxy dropped the stream; try again",
+                endpoint_fault=True,
             )
 
     async def _with_retries(self, attempt_once: Callable[[], Awaitable[T]]) -> T:
@@ -367,6 +412,7 @@ class Provider:
             "provider call done",
             extra={
                 "model": self.model,
+                "endpoint": self.shown_url,
                 "stream": stream,
                 "duration_ms": round((self._clock() - started) * 1000),
                 "finish_reason": completion.finish_reason,

@@ -28,7 +28,9 @@ class ProviderError(Exception):
     """The model call failed. `status` is the HTTP status (None for network/protocol errors).
 
     `message` is the provider's own message (or ours), bounded to ~500 chars and scrubbed
-    of the API key. `retryable` says whether the failure was transient.
+    of the API key. `retryable` says whether the failure was transient; `endpoint_fault`
+    that the endpoint failed (unreachable, a cut or broken reply), not the request, so
+    another endpoint may answer it (gantry.model.fallback).
     """
 
     def __init__(
@@ -39,8 +41,10 @@ class ProviderError(Exception):
         hint: str = "",
         retryable: bool = False,
         retry_after: float | None = None,
+        endpoint_fault: bool = False,
     ) -> None:
         self.status = status
+        self.endpoint_fault = endpoint_fault
         self.message = _bound(message)
         self.hint = hint
         self.retryable = retryable

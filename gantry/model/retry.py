@@ -104,4 +104,5 @@ def _gave_up(err: ProviderError, attempts: int, elapsed: float, why: str) -> Pro
         hint=err.hint,
         retryable=True,
         retry_after=err.retry_after,
+        endpoint_fault=err.endpoint_fault,
     )

@@ -22,6 +22,7 @@ __all__ = [
     "Delta",
     "ErrorBody",
     "FunctionDelta",
+    "PromptDetails",
     "ResponseMessage",
     "StreamOptions",
     "ToolCallDelta",
@@ -56,12 +57,28 @@ class ChatRequest(msgspec.Struct, omit_defaults=True):
 # --------------------------------------------------------------------------- response side
 
 
+class PromptDetails(msgspec.Struct):
+    """`usage.prompt_tokens_details`: how much of the prompt the provider's cache served."""
+
+    cached_tokens: int | None = None
+
+
 class Usage(msgspec.Struct):
     """Token counts as the provider reports them (any may be missing or null)."""
 
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     total_tokens: int | None = None
+    prompt_tokens_details: PromptDetails | None = None
+    prompt_cache_hit_tokens: int | None = None  # DeepSeek's name for the cached part
+
+    @property
+    def cached_tokens(self) -> int | None:
+        """Prompt tokens served from the provider's cache, when it says."""
+        details = self.prompt_tokens_details
+        if details is not None and details.cached_tokens is not None:
+            return details.cached_tokens
+        return self.prompt_cache_hit_tokens
 
 
 class ErrorBody(msgspec.Struct):

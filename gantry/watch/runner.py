@@ -15,6 +15,7 @@ from typing import Any
 
 from gantry.channel.base import Inbound, TurnAborted, TurnFailed
 from gantry.cron.ticker import MAX_TURN_ATTEMPTS, Ticker, is_silent
+from gantry.model.budget import BudgetReached
 from gantry.watch.items import (
     ItemsError,
     diff,
@@ -229,6 +230,10 @@ class Runner:
                     self.store.fail_wake(wake.id, "turn interrupted "
                                          f"{MAX_TURN_ATTEMPTS} times", now())
                     return
+                if (refused := self.ticker.refused(f"watch:{wake.watch_id}",
+                                                   wake.session_id)) is not None:
+                    self._skip(wake, refused)
+                    return
                 wake_id = wake.id
 
                 def record(answer: str) -> None:
@@ -239,7 +244,8 @@ class Runner:
                 text = wake_text(wake.watch_id, wake.label, wake.instruction, wake.items,
                                  wake.total)
                 msg = Inbound(channel=self.channel, chat_id=chat, user_id=USER_ID, text=text,
-                              scheduled=True, on_answer=record, scheduled_for=wake.created_at)
+                              scheduled=True, on_answer=record, scheduled_for=wake.created_at,
+                              source=f"watch:{wake.watch_id}")
                 try:
                     reply = await self.ticker.respond(msg, None)
                 except TurnAborted:
@@ -249,6 +255,9 @@ class Runner:
                                 extra={"watch": wake.watch_id, "wake": wake.id,
                                        "error": exc.reason})
                     self.store.fail_wake(wake.id, exc.reason, now())
+                    return
+                except BudgetReached as exc:  # a limit reached mid-turn
+                    self._skip(wake, exc)
                     return
                 silent = is_silent(reply)
                 self.store.set_reply(wake.id, reply, silent, now())
@@ -266,6 +275,11 @@ class Runner:
                 log.exception("watch: could not record the failure")
         finally:
             self.waking.discard(wake.id)
+
+    def _skip(self, wake: Wake, refused: BudgetReached) -> None:
+        log.warning("watch wake skipped: budget reached",
+                    extra={"watch": wake.watch_id, "wake": wake.id, "error": refused.reason})
+        self.store.skip_wake(wake.id, refused.reason, self.ticker.clock.now())
 
     async def _deliver(self, wake: Wake, chat: str) -> None:
         assert wake.reply is not None

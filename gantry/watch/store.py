@@ -276,6 +276,13 @@ class WatchStore:
     def wake_state(self, wake_id: int) -> str:
         return str(self._rows("SELECT state FROM watch_wake WHERE id = ?", (wake_id,))[0][0])
 
+    def skip_wake(self, wake_id: int, note: str, now: float) -> None:
+        """A wake whose turn was refused (a budget reached): skipped, its items kept in the
+        row, never resumed."""
+        with self.conn:
+            self._rows("UPDATE watch_wake SET state = 'skipped', error = ?, finished_at = ? "
+                       "WHERE id = ? AND state = 'started'", (note, now, wake_id))
+
     def fail_wake(self, wake_id: int, error: str, now: float) -> None:
         with self.conn:
             self._rows("UPDATE watch_wake SET state = 'failed', error = ?, finished_at = ? "

@@ -90,8 +90,8 @@ def test_run_stores_and_hydrates_memory(
         run.expect("Started a new conversation")
         run.send("when do I climb?")
         run.expect("echo: when do I climb?")
-        system = fake.last_request.messages[0]["content"]
-        assert "[memory]\n- (fact) chris: climbs on Tuesdays" in system
+        turn = fake.last_request.messages[-1]["content"]  # recalled for it: after it
+        assert "[memory]\n- (fact) chris: climbs on Tuesdays" in turn
         run.send("/status")
         run.expect("memory (builtin): 1 fact")
     finally:
@@ -138,8 +138,8 @@ def test_run_with_itself_as_the_mcp_memory_backend(
         run.expect("Started a new conversation")
         run.send("what is the weather?")
         run.expect("echo: what is the weather?")
-        system = fake.last_request.messages[0]["content"]
-        assert "chris: climbs on Tuesdays" in system, system
+        turn = fake.last_request.messages[-1]["content"]
+        assert "chris: climbs on Tuesdays" in turn, turn
     finally:
         run.close_stdin()
         assert run.wait_exit(WAIT) == 0, run.stderr[-3000:]

@@ -33,19 +33,26 @@ FILE_TOOL = {"tools": [{"name": "file", "description": "A file's contents.",
                                         "required": ["path"]}}]}
 
 
-@pytest.fixture
-def watch_binds(tmp_path_factory: pytest.TempPathFactory, sandbox: Sandbox) -> dict[str, Path]:
-    opt = tmp_path_factory.mktemp("opt-mcp-watch")
+def static_binds(factory: pytest.TempPathFactory, sandbox: Sandbox, tools: dict[str, Any],
+                 tag: str) -> dict[str, Path]:
+    """/opt/mcp with the static C fixture and /etc/gantry/mcp.toml naming it `st`, offering
+    `tools` (STATIC_TOOLS)."""
+    opt = factory.mktemp(f"opt-mcp-{tag}")
     shutil.copy(static_fixture(), opt / "mcp-static")
     (opt / "mcp-static").chmod(0o755)
     opt.chmod(0o755)
-    etc = tmp_path_factory.mktemp("etc-gantry-watch")
+    etc = factory.mktemp(f"etc-gantry-{tag}")
     (etc / "mcp.toml").write_text(toml_server("st", ["/opt/mcp/mcp-static"],
-                                              env={"STATIC_TOOLS": json.dumps(FILE_TOOL)}))
+                                              env={"STATIC_TOOLS": json.dumps(tools)}))
     (etc / "mcp.toml").chmod(0o644)
     etc.chmod(0o755)
     (sandbox.root / "opt" / "mcp").mkdir(parents=True, exist_ok=True)
     return {"/opt/mcp": opt, "/etc/gantry": etc}
+
+
+@pytest.fixture
+def watch_binds(tmp_path_factory: pytest.TempPathFactory, sandbox: Sandbox) -> dict[str, Path]:
+    return static_binds(tmp_path_factory, sandbox, FILE_TOOL, "watch")
 
 
 def write_feed(path: Path, items: list[dict[str, Any]]) -> None:

@@ -7,7 +7,8 @@ line. Tools: `items` (the lines as a JSON list, in a text block: no output schem
 one to FEED_FILE.reads, each subscribe one to FEED_FILE.subscribes.
 Resource `feed://items`: the lines as JSON text. With FEED_SUBSCRIBE=1 the server also
 serves resources/subscribe and sends notifications/resources/updated to subscribers when
-the file changes (it looks every 50 ms); without it, it offers no subscriptions.
+the file changes (it looks every 50 ms), and, for 2026-07-28 clients, publishes the same
+update to its subscriptions/listen streams; without it, it offers no subscriptions.
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ from typing import Any
 
 import anyio
 from mcp.server.mcpserver import MCPServer
+from mcp.server.subscriptions import InMemorySubscriptionBus
+from mcp.shared.subscriptions import ResourceUpdated
 from mcp_types import EmptyResult, SubscribeRequestParams
 from pydantic import BaseModel
 
 URI = "feed://items"
 SUBSCRIBERS: list[Any] = []
+BUS = InMemorySubscriptionBus()  # the 2026 subscriptions/listen fan-out
 
 
 def _path() -> str:
@@ -56,6 +60,8 @@ async def _notifier() -> None:
         if now == last:
             continue
         last = now
+        if os.environ.get("FEED_SUBSCRIBE") == "1":
+            await BUS.publish(ResourceUpdated(URI))
         for session in list(SUBSCRIBERS):
             try:
                 await session.send_resource_updated(URI)
@@ -72,7 +78,8 @@ async def lifespan(_server: Any) -> AsyncIterator[None]:
 
 
 server = MCPServer("feed", instructions="A feed fixture for gantry's watch tests.",
-                   lifespan=lifespan)
+                   lifespan=lifespan,
+                   subscriptions=BUS if os.environ.get("FEED_SUBSCRIBE") == "1" else False)
 
 
 class Feed(BaseModel):

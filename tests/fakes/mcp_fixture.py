@@ -8,7 +8,11 @@ N chars), `grow` (adds a tool and sends tools/list_changed), `size` (takes an in
 lines), `grandchild` (spawns a sleeping grandchild and returns its pid), `env` (one variable
 of its environment), `picture` (an image block), `fail` (an isError result), `nag` (asks the
 user a question, again after each one not answered), `slow` (sleeps; writes down whether the
-client cancelled it with notifications/cancelled).
+client cancelled it with notifications/cancelled), `add_prompt` and `add_doc` (add a prompt
+or a resource, and send prompts/list_changed or resources/list_changed), `tally` / `peek`
+(read-only) / `settle` (idempotent): each appends a line to a file (the server's own count of
+executions) and, the first time for that file, exits mid-call after running, so the client's
+stream breaks. It starts with no prompts and no resources.
 
 Environment knobs: FIXTURE_CRASH_AFTER=N exits on the N-th tool call; FIXTURE_BOOT=fail
 exits before answering initialize (after writing to stderr); FIXTURE_STDERR_AT_START=N
@@ -25,7 +29,7 @@ import time
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import ImageContent
+from mcp_types import ImageContent, ToolAnnotations
 from pydantic import BaseModel
 
 server = MCPServer("fixture", instructions="A fixture server for gantry's tests.")
@@ -92,6 +96,13 @@ def big(chars: int = 1_000_000) -> str:
     return "x" * chars
 
 
+async def _tools_changed(ctx: Context) -> None:
+    """Both eras' spelling: a 2025 notification on the session, a 2026 subscriptions/listen
+    event on the bus (each reaches only the clients of its era)."""
+    await ctx.session.send_tool_list_changed()
+    await ctx.notify_tools_changed()
+
+
 @server.tool()
 async def grow(ctx: Context) -> str:
     """Add the tool `extra` and tell the client the tool list changed."""
@@ -101,7 +112,7 @@ async def grow(ctx: Context) -> str:
         return "extra!"
 
     server.add_tool(extra)
-    await ctx.session.send_tool_list_changed()
+    await _tools_changed(ctx)
     return "grown"
 
 
@@ -121,7 +132,7 @@ async def reshape(ctx: Context) -> str:
 
     server.remove_tool("size")
     server.add_tool(size)
-    await ctx.session.send_tool_list_changed()
+    await _tools_changed(ctx)
     return "reshaped"
 
 
@@ -194,6 +205,64 @@ async def slow(path: str, seconds: float = 30) -> str:
     with open(path, "a") as fh:
         fh.write("finished\n")
     return "slept"
+
+
+@server.tool()
+async def add_prompt(ctx: Context, name: str) -> str:
+    """Add the prompt `name` (one required argument, `topic`); tell the client."""
+
+    def added(topic: str) -> str:
+        return f"Tell me about {topic} ({name})."
+
+    server.prompt(name=name, description=f"Added at run time: {name}")(added)
+    await ctx.session.send_prompt_list_changed()
+    await ctx.notify_prompts_changed()  # the 2026 era's listen stream
+    return "prompt added"
+
+
+@server.tool()
+async def add_doc(ctx: Context, name: str) -> str:
+    """Add the text resource fixture://doc/<name>; tell the client."""
+
+    def doc() -> str:
+        return f"the document {name}"
+
+    server.resource(f"fixture://doc/{name}", name=name, mime_type="text/plain")(doc)
+    await ctx.session.send_resource_list_changed()
+    await ctx.notify_resources_changed()
+    return "doc added"
+
+
+def _run_then_break(path: str) -> str:
+    """Count one execution in `path`; the first time for it, exit before answering."""
+    with open(path, "a") as fh:
+        fh.write("ran\n")
+    marker = path + ".broke"
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        sys.stderr.write("fixture: breaking the stream after running\n")
+        sys.stderr.flush()
+        os._exit(5)
+    with open(path) as fh:
+        return f"ran {sum(1 for _ in fh)} times"
+
+
+@server.tool()
+def tally(path: str) -> str:
+    """Count one execution (not idempotent); the first call breaks its stream."""
+    return _run_then_break(path)
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def peek(path: str) -> str:
+    """Count one execution (annotated read-only); the first call breaks its stream."""
+    return _run_then_break(path)
+
+
+@server.tool(annotations=ToolAnnotations(idempotent_hint=True))
+def settle(path: str) -> str:
+    """Count one execution (annotated idempotent); the first call breaks its stream."""
+    return _run_then_break(path)
 
 
 def main() -> None:

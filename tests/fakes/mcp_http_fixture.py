@@ -7,7 +7,10 @@ seconds, `steps` times, then answers), `forever` (reports progress and never ans
 `header` (the value of one request header it received, or ""), `forget` (the server forgets
 the caller's session: every later request naming it is answered HTTP 400 with a JSON-RPC
 error without an id, as server-everything answers after a restart; its open event stream
-stays open, so only the next request can notice).
+stays open, so only the next request can notice), `tally` / `peek` (read-only): each appends
+a line to a file (the server's own count of executions); the first time for that file, the
+server cuts the HTTP response carrying the answer (the connection is dropped mid-response,
+the server stays up), so the client's stream breaks after the tool ran.
 
 FIXTURE_TLS_CERT / FIXTURE_TLS_KEY: serve HTTPS with that certificate (tests/fakes/pki.py).
 FIXTURE_LEAK=1: every request is answered HTTP 401 with a JSON-RPC error that quotes the
@@ -23,6 +26,7 @@ from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import ToolAnnotations
 
 server = MCPServer("http-fixture", instructions="A remote fixture server for gantry's tests.")
 forgotten: set[str] = set()
@@ -89,6 +93,60 @@ def forget(ctx: Context) -> str:
     return "forgotten"
 
 
+@server.tool()
+def tally(path: str) -> str:
+    """Count one execution (not idempotent); the first answer's stream is cut."""
+    return f"ran {_append(path)} times"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def peek(path: str) -> str:
+    """Count one execution (annotated read-only); the first answer's stream is cut."""
+    return f"ran {_append(path)} times"
+
+
+class _Cut(Exception):
+    """Raised into uvicorn after the response started: it drops the connection."""
+
+
+def _cutting(app: Any) -> Any:
+    """Cut the response that carries the first answer of `tally`/`peek` for each file."""
+
+    async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        chunks: list[dict[str, Any]] = []
+        while True:
+            message = await receive()
+            chunks.append(message)
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
+        try:
+            body = json.loads(b"".join(c.get("body", b"") for c in chunks) or b"{}")
+        except ValueError:
+            body = {}
+        params = body.get("params") or {} if isinstance(body, dict) else {}
+        path = str((params.get("arguments") or {}).get("path", ""))
+        cut = (body.get("method") == "tools/call" and params.get("name") in ("tally", "peek")
+               and path and not os.path.exists(path + ".broke"))
+        replay = iter(chunks)
+
+        async def replayed() -> dict[str, Any]:
+            return next(replay, None) or await receive()
+
+        async def sending(message: dict[str, Any]) -> None:
+            if cut and message["type"] == "http.response.body" and b'"result"' in message.get(
+                    "body", b""):
+                open(path + ".broke", "w").close()
+                raise _Cut
+            await send(message)
+
+        await app(scope, replayed, sending)
+
+    return asgi
+
+
 def _forgetful(app: Any) -> Any:
     async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
         session = dict(scope.get("headers", [])).get(b"mcp-session-id", b"").decode()
@@ -123,7 +181,7 @@ def main() -> None:
     import uvicorn
 
     port = int(sys.argv[1])
-    app: Any = _forgetful(server.streamable_http_app())
+    app: Any = _cutting(_forgetful(server.streamable_http_app()))
     if os.environ.get("FIXTURE_LEAK") == "1":
         app = _leaky(app)
     tls = {"ssl_certfile": os.environ["FIXTURE_TLS_CERT"],

@@ -111,6 +111,24 @@ def live_children(pid: int | None = None) -> list[int]:
     return out
 
 
+def kill_tree(pid: int) -> None:
+    """kill -9 of `pid` and every live process under it, the deepest first: a frozen
+    binary's app process (under its onefile bootstrap) and its MCP children get no chance
+    to clean up, as in a real kill -9 of gantry."""
+    import contextlib
+    import signal
+
+    tree: list[int] = []
+    todo = [pid]
+    while todo:
+        one = todo.pop()
+        tree.append(one)
+        todo += live_children(one)
+    for one in reversed(tree):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(one, signal.SIGKILL)
+
+
 def alive(pid: int) -> bool:
     """True while `pid` exists and is not a zombie."""
     try:

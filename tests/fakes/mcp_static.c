@@ -16,6 +16,8 @@
  *                  default (offer it through STATIC_TOOLS): the watch binary test polls it
  *   image {data} → an image content block with that base64 as PNG (not listed: offer it
  *                  through STATIC_TOOLS; media out in the binary)
+ *   sleep {seconds} → "slept" after that many seconds (at most 60; not listed: offer it
+ *                  through STATIC_TOOLS; a slow call for steering in the binary)
  * STATIC_TOOLS, when set, is sent as the tools/list result instead (a JSON object with a
  * "tools" list): a test can offer any names or schemas, served by the tools above.
  */
@@ -175,6 +177,11 @@ int main(void) {
                          "{\"type\":\"image\",\"data\":\"%s\",\"mimeType\":\"image/png\"}],"
                          "\"isError\":false}", arg);
                 reply(id, out);
+            } else if (strcmp(name, "sleep") == 0) {
+                const char *args = strstr(params, "\"arguments\"");
+                int seconds = args && field(args, "seconds", arg, sizeof arg) ? atoi(arg) : 1;
+                sleep((unsigned)(seconds < 0 ? 0 : seconds > 60 ? 60 : seconds));
+                text_result(id, "slept");
             } else {
                 fail(id, -32602, "unknown tool");
             }

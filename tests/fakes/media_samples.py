@@ -1,10 +1,11 @@
 """Small media files made on the spot for tests and bench/media.py: a JPEG-looking blob (the
 bytes are only passed through, never decoded), PDFs written by hand (with text; heavy for
-pypdf; a zip bomb), an OGG-looking voice note."""
+pypdf; a zip bomb), an OGG-looking voice note, and a valid OGG/Opus file (speech)."""
 
 from __future__ import annotations
 
 import random
+import struct
 import zlib
 
 
@@ -16,6 +17,46 @@ def jpeg(size: int = 40_000, seed: int = 1) -> bytes:
 
 def ogg(size: int = 6_000, seed: int = 2) -> bytes:
     return b"OggS\x00\x02" + random.Random(seed).randbytes(max(0, size - 6))
+
+
+def _ogg_crc(page: bytes) -> int:
+    """OGG's page checksum, bit by bit (gantry.media.ogg has its own, table-driven)."""
+    crc = 0
+    for byte in page:
+        crc ^= byte << 24
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x04C11DB7) & 0xFFFFFFFF if crc & 0x80000000 else crc << 1
+    return crc
+
+
+def _ogg_page(packets: list[bytes], granule: int, seq: int, flags: int) -> bytes:
+    lacing = b""
+    for packet in packets:
+        lacing += b"\xff" * (len(packet) // 255) + bytes([len(packet) % 255])
+    head = struct.pack("<4sBBqIIIB", b"OggS", 0, flags, granule, 0x6A6E7421, seq, 0,
+                       len(lacing))
+    page = head + lacing + b"".join(packets)
+    return page[:22] + struct.pack("<I", _ogg_crc(page)) + page[26:]
+
+
+SILENT_OPUS_FRAME = b"\xf8\xff\xfe"  # one 20 ms CELT frame of silence (TOC 0xf8)
+
+
+def ogg_opus(seconds: float = 1.0, pre_skip: int = 312) -> bytes:
+    """A valid OGG/Opus file of `seconds` of silence: OpusHead, OpusTags, then 20 ms packets,
+    50 to a page, the last page marked end of stream; granule positions at 48 kHz."""
+    head = b"OpusHead" + struct.pack("<BBHIhB", 1, 1, pre_skip, 48_000, 0, 0)
+    tags = b"OpusTags" + struct.pack("<I", 4) + b"fake" + struct.pack("<I", 0)
+    pages = [_ogg_page([head], 0, 0, 0x02), _ogg_page([tags], 0, 1, 0)]
+    frames = max(1, round(seconds * 50))
+    done = 0
+    while done < frames:
+        batch = min(50, frames - done)
+        done += batch
+        last = done == frames
+        pages.append(_ogg_page([SILENT_OPUS_FRAME] * batch, pre_skip + done * 960,
+                               len(pages), 0x04 if last else 0))
+    return b"".join(pages)
 
 
 HELVETICA = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"

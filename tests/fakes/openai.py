@@ -51,9 +51,12 @@ __all__ = [
     "Reply",
     "Script",
     "SendAttachment",
+    "SpeechRequest",
     "ToolCalls",
     "UseTool",
     "WhenOffered",
+    "dead_base_url",
+    "model_not_found",
     "rate_limited",
     "without_footer",
 ]
@@ -220,6 +223,36 @@ NO_VISION: dict[str, tuple[int, dict[str, Any]]] = {
 }
 
 
+# What real endpoints answer for a model they do not serve (fail-over tests): status, body.
+MODEL_NOT_FOUND: dict[str, tuple[int, dict[str, Any]]] = {
+    "openai": (404, {"error": {
+        "message": "The model `gone-model` does not exist or you do not have access to it.",
+        "type": "invalid_request_error", "param": None, "code": "model_not_found"}}),
+    "ollama": (404, {"error": {"message": 'model "gone-model" not found, try pulling it first',
+                               "type": "api_error", "param": None, "code": None}}),
+    "vllm": (404, {"object": "error", "message": "The model `gone-model` does not exist.",
+                   "type": "NotFoundError", "param": None, "code": 404}),
+    "llamacpp": (400, {"error": {"code": 400, "message": "model not found",
+                                 "type": "invalid_request_error"}}),
+}
+
+
+def model_not_found(endpoint: str) -> HTTPError:
+    """That endpoint's answer for a model it does not serve (a key of MODEL_NOT_FOUND)."""
+    status, body = MODEL_NOT_FOUND[endpoint]
+    return HTTPError(status, raw_body=json.dumps(body))
+
+
+def dead_base_url() -> str:
+    """A loopback `/v1` URL nothing listens on: every connection is refused at once."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    return f"http://127.0.0.1:{port}/v1"
+
+
 def has_image(body: Any) -> bool:
     """Whether a request body carries an image content part anywhere in its messages."""
     messages = body.get("messages", []) if isinstance(body, dict) else []
@@ -245,6 +278,17 @@ class Transcription:
 
 
 @dataclass
+class SpeechRequest:
+    """One `/audio/speech` request as received (its JSON body's fields)."""
+
+    model: str
+    input: str
+    voice: str
+    response_format: str
+    authorization: str
+
+
+@dataclass
 class RecordedRequest:
     """One request as received: method, path, headers and the parsed JSON body."""
 
@@ -253,6 +297,7 @@ class RecordedRequest:
     headers: dict[str, str]
     body: Any
     raw: bytes = b""
+    reply_id: str = ""  # the id of the reply it got (chatcmpl-…), once one was begun
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -314,14 +359,22 @@ class _Ctx:
     prompt_chars: int
     id: str = field(default_factory=lambda: "chatcmpl-" + uuid.uuid4().hex[:12])
     created: int = field(default_factory=lambda: int(time.time()))
+    report: bool = True  # False: the reply carries no usage (as some local servers send)
+    cached: int = 0  # prompt_tokens_details.cached_tokens reported (at most the prompt)
+    log: list[tuple[str, dict[str, Any]]] | None = None  # every usage sent, with the reply id
 
-    def usage(self, completion_chars: int) -> dict[str, int]:
+    def usage(self, completion_chars: int) -> dict[str, Any]:
         prompt, completion = self.prompt_chars // 4, completion_chars // 4
-        return {
+        usage: dict[str, Any] = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
         }
+        if self.cached:
+            usage["prompt_tokens_details"] = {"cached_tokens": min(self.cached, prompt)}
+        if self.log is not None:
+            self.log.append((self.id, usage))
+        return usage
 
     def chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         body = {
@@ -354,8 +407,9 @@ class _Ctx:
             "choices": [
                 {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
             ],
-            "usage": self.usage(completion_chars),
         }
+        if self.report:
+            body["usage"] = self.usage(completion_chars)
         return json.dumps(body).encode()
 
 
@@ -396,6 +450,13 @@ class FakeOpenAI(LoopbackServer):
         self.model = model
         self.default: Script = default or Echo()
         self.requests: list[RecordedRequest] = []
+        self.speeches: list[SpeechRequest] = []  # /audio/speech requests, in order
+        self.report_usage = True
+        """False: replies carry no `usage` (non-streamed) and streams no usage chunk."""
+        self.cached_tokens = 0
+        """Set: usage reports this many prompt tokens as cached (prompt_tokens_details)."""
+        self.reported: list[tuple[str, dict[str, Any]]] = []
+        """(reply id, usage) of every usage the server sent, in order."""
         self._queue: deque[Script] = deque()
         self._lock = threading.Lock()
 
@@ -432,6 +493,7 @@ class FakeOpenAI(LoopbackServer):
     def _routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._handle)
         app.router.add_post("/v1/audio/transcriptions", self._transcribe)
+        app.router.add_post("/v1/audio/speech", self._speech)
 
     # ------------------------------------------------------------------ audio (media tests)
 
@@ -451,6 +513,37 @@ class FakeOpenAI(LoopbackServer):
         if status != 200:
             return _error_response(status, "transcription failed")
         return web.json_response({"text": getattr(self, "transcript", "a transcribed note")})
+
+    speech_status = 200
+    """`/audio/speech` answers this status (an OpenAI-shaped error body unless 200)."""
+    speech_body: bytes | None = None
+    """Set: `/audio/speech` answers these bytes instead of a valid OGG/Opus file."""
+    speech_delay = 0.0
+    """Seconds `/audio/speech` waits (recorded first) before it answers: a slow service."""
+
+    async def _speech(self, request: web.Request) -> web.StreamResponse:
+        """`POST /audio/speech` (JSON: model, input, voice, response_format), answered with a
+        small valid OGG/Opus file, a second of silence per 20 characters spoken, made for each
+        request; each request is kept in `speeches`."""
+        from tests.fakes.media_samples import ogg_opus
+
+        try:
+            body = await request.json()
+        except ValueError:
+            body = {}
+        body = body if isinstance(body, dict) else {}
+        self.speeches.append(SpeechRequest(
+            model=str(body.get("model", "")), input=str(body.get("input", "")),
+            voice=str(body.get("voice", "")), response_format=str(body.get("response_format", "")),
+            authorization=request.headers.get("Authorization", "")))
+        if self.speech_delay:
+            await asyncio.sleep(self.speech_delay)
+        if self.speech_status != 200:
+            return _error_response(self.speech_status, "speech failed")
+        if self.speech_body is not None:
+            return web.Response(body=self.speech_body, content_type="audio/ogg")
+        audio = ogg_opus(max(1.0, len(str(body.get("input", ""))) / 20))
+        return web.Response(body=audio, content_type="audio/ogg")
 
     def _next(self) -> Script:
         with self._lock:
@@ -491,7 +584,9 @@ class FakeOpenAI(LoopbackServer):
             model=str(body.get("model") or self.model),
             include_usage=bool(stream_options.get("include_usage")),
             prompt_chars=len(json.dumps(body.get("messages", []))),
+            report=self.report_usage, cached=self.cached_tokens, log=self.reported,
         )
+        recorded.reply_id = ctx.id
         if isinstance(script, WhenOffered):
             script = script.calls if body.get("tools") else script.otherwise
         if isinstance(script, Echo):
@@ -554,7 +649,7 @@ class FakeOpenAI(LoopbackServer):
             return response
         else:
             raise AssertionError(f"unhandled script {script!r}")
-        if ctx.include_usage:
+        if ctx.include_usage and ctx.report:
             await response.write(ctx.usage_chunk(completion_chars))
         await response.write(_DONE)
         await response.write_eof()

@@ -6,8 +6,10 @@ builds them from `TelegramAPIServer.from_base(base_url)`.
 
 Implemented: getMe, deleteWebhook, getUpdates (offset confirmation, long-poll `timeout`,
 `limit`, `allowed_updates`, 409 when a newer poll preempts an older one), sendMessage,
-editMessageText, sendChatAction, setMyCommands, sendPhoto/sendDocument (uploads recorded with
-their bytes), getFile and file downloads
+editMessageText, sendChatAction, setMyCommands, sendPhoto/sendDocument/sendVoice (uploads
+recorded with their bytes and part type), setMessageReaction (checked against the emoji bots
+may set, recorded per message), users' reactions as message_reaction updates
+(`push_reaction`), getFile and file downloads
 (tests/fakes/telegram_files.py); inline keyboards on sendMessage
 (`reply_markup`, checked like Telegram: button text, 1-64 bytes of callback_data), button
 presses as callback_query updates (`press`), answerCallbackQuery (unknown or twice-answered
@@ -151,7 +153,7 @@ class BotMessage:
 class SentFile:
     """A file the bot uploaded with sendPhoto or sendDocument: the exact bytes received."""
 
-    method: str  # "sendPhoto" | "sendDocument"
+    method: str  # "sendPhoto" | "sendDocument" | "sendVoice"
     chat_id: int | str
     message_id: int
     filename: str
@@ -246,6 +248,7 @@ class FakeTelegram(FileServing, LoopbackServer):
         self.queries: dict[str, str | None] = {}  # callback_query id → its answer's text
         self._open_queries: set[str] = set()
         self._query_ids = itertools.count(1)
+        self.reactions: dict[tuple[str, int], list[list[str]]] = {}  # message → each one set
 
     # ------------------------------------------------------------------ scripting
 
@@ -710,6 +713,64 @@ class FakeTelegram(FileServing, LoopbackServer):
                                   "file_size": size}
         return result
 
+    async def _send_voice(self, params: dict[str, Any]) -> Any:
+        """sendVoice: like Telegram, a voice note only from an OGG/Opus upload (other audio
+        would be shown as a file); a caption of at most 1024 characters."""
+        value = params.get("voice")
+        if isinstance(value, str) and value.startswith("attach://"):
+            value = params.get(value.removeprefix("attach://"))
+        if isinstance(value, dict) and not bytes(value.get("data") or b"").startswith(b"OggS"):
+            raise _Reply(400, "Bad Request: wrong file type of the voice")
+        result = await self._send_file(params, "sendVoice", "voice")
+        result.pop("document", None)
+        result["voice"] = {"file_id": f"voice-{result['message_id']}",
+                           "file_unique_id": f"u{result['message_id']}",
+                           "duration": int(params.get("duration") or 0),
+                           "mime_type": "audio/ogg"}
+        return result
+
+    # Some of the reactions Telegram lets a bot set (Bot API, ReactionTypeEmoji); others,
+    # such as 😀 or ✅, it refuses with REACTION_INVALID.
+    BOT_REACTIONS = frozenset(["👍", "👎", "❤", "🔥", "🥰", "👏", "😁", "🤔", "🤯", "😱", "🎉",
+                               "🤩", "🙏", "👌", "😍", "💯", "🤣", "⚡", "🏆", "💔", "🤨", "😐",
+                               "😴", "😭", "🤓", "👻", "👀", "🙈", "😇", "🤝", "✍", "🤗", "🫡",
+                               "🆒", "😎", "😡"])
+
+    async def _set_message_reaction(self, params: dict[str, Any]) -> Any:
+        chat, message_id = params.get("chat_id"), int(params.get("message_id") or 0)
+        if chat is None or not message_id:
+            raise _Reply(400, "Bad Request: message to react not found")
+        reaction = params.get("reaction") or []
+        if not isinstance(reaction, list):
+            raise _Reply(400, "Bad Request: can't parse reaction types JSON object")
+        emojis = []
+        for r in reaction:
+            if not isinstance(r, dict) or r.get("type") != "emoji" or \
+                    r.get("emoji") not in self.BOT_REACTIONS:
+                raise _Reply(400, "Bad Request: REACTION_INVALID")
+            emojis.append(r["emoji"])
+        with self._lock:
+            self.reactions.setdefault((str(chat), message_id), []).append(emojis)
+        return True
+
+    def reactions_on(self, chat_id: int | str, message_id: int) -> list[list[str]]:
+        """Every reaction set the bot put on a message, in order ([] = cleared)."""
+        with self._lock:
+            return list(self.reactions.get((str(chat_id), message_id), []))
+
+    def push_reaction(self, user_id: int, chat_id: int, message_id: int, new: list[str],
+                      old: list[str] | None = None) -> dict[str, Any]:
+        """A user's reaction change on a message: a message_reaction update (delivered only
+        when getUpdates' allowed_updates names it, as Telegram does)."""
+        chat = ({"id": chat_id, "type": "private", "first_name": f"user{user_id}"}
+                if chat_id > 0 else {"id": chat_id, "type": "supergroup",
+                                     "title": f"group{chat_id}"})
+        return self.push_update({"message_reaction": {
+            "chat": chat, "message_id": message_id, "date": int(time.time()),
+            "user": {"id": user_id, "is_bot": False, "first_name": f"user{user_id}"},
+            "old_reaction": [{"type": "emoji", "emoji": e} for e in old or []],
+            "new_reaction": [{"type": "emoji", "emoji": e} for e in new]}})
+
     async def _send_photo(self, params: dict[str, Any]) -> Any:
         return await self._send_file(params, "sendPhoto", "photo")
 
@@ -813,6 +874,8 @@ _METHODS: dict[str, _Handler] = {
     "sendphoto": FakeTelegram._send_photo,
     "senddocument": FakeTelegram._send_document,
     "getfile": FakeTelegram._get_file,
+    "sendvoice": FakeTelegram._send_voice,
+    "setmessagereaction": FakeTelegram._set_message_reaction,
 }
 _METHODS.update({  # inline keyboards and their callback queries (elicitation)
     "sendmessage": FakeTelegram._send_message_keyboard,

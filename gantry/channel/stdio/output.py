@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple, TextIO
 
 MARK_MAX = 48  # characters of a push's origin shown in its [mark]
+RESTART_MARK = "[the reply above was cut off; here it is again, in full]"
 
 
 def mark(origin: str) -> str:
@@ -50,6 +51,14 @@ class StdioStream:
     async def discard(self) -> None:
         if self.shown:
             self.out.write("\n")
+            self.out.flush()
+        self.shown = ""
+
+    async def restart(self) -> None:
+        """A terminal cannot take printed text back: a marker line says that the text
+        above it was cut, and the reply starts again below it."""
+        if self.shown:
+            self.out.write(("" if self.shown.endswith("\n") else "\n") + RESTART_MARK + "\n")
             self.out.flush()
         self.shown = ""
 

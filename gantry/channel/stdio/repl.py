@@ -15,11 +15,13 @@ import sys
 import threading
 from collections.abc import Callable
 from contextlib import suppress
+from functools import partial
 from typing import Any, TextIO
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
+import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gantry.channel.base import (
@@ -30,17 +32,19 @@ from gantry.channel.base import (
     Stoppable,
     TurnAborted,
     TurnStopped,
+    is_command,
     is_stop,
-    unknown_command,
 )
 from gantry.channel.reply import Attachment, unpack
 from gantry.channel.stdio.editor import LineEditor, keystroke_mode, width
 from gantry.channel.stdio.elicit import StdioDialog
 from gantry.channel.stdio.output import Intro, StdioStream, intro_line, mark
+from gantry.channel.stdio.voice import VOICE_HELP, is_voice, speak_last
 from gantry.log import around_terminal_lines
 from gantry.media.build import compose
 from gantry.media.files import MediaError
 from gantry.media.local import ATTACH_HELP, fetch_local, local_item, parse_attach
+from gantry.steer import MAX_PER_ROUND, FollowUp
 from gantry.store.space import StorageFull
 
 CHAT_ID = "local"
@@ -68,9 +72,14 @@ class StdioChannel:
         out: TextIO | None = None,
         intro: Callable[[str], Intro] | None = None,
         media: Any = None,
+        followups: str = "steer",
+        speech: Any = None,
     ) -> None:
         self.stream_replies = stream_replies
+        self.followups = followups  # "steer": a line typed during a reply joins its turn
         self.media = media  # gantry.media.build.MediaReader for /attach (None: /attach is refused)
+        self.speech = speech  # gantry.media.speech.Speaker for /voice (None: not set up)
+        self._last_reply: str | None = None  # what /voice speaks
         self.inp = inp or sys.stdin
         self.out = out or sys.stdout
         self.interactive = _isatty(self.inp)
@@ -85,6 +94,7 @@ class StdioChannel:
         self._loop_thread = 0  # the event loop's thread: only it draws the prompt
         self._relog = False  # the prompt was taken off for a log line: draw it again
         self.dialog = StdioDialog(self.out)  # MCP servers' questions (gantry/elicit.py)
+        self._ahead: list[str] = []  # typed during a reply, before anything queued: may join it
 
     async def serve(self, respond: Responder, ready: Callable[[], None]) -> None:
         if self.terminal:
@@ -186,6 +196,11 @@ class StdioChannel:
                         self._prompt_shown = False
                     if text.strip():
                         await self._one(respond, text)
+                    while self._ahead:  # typed while the answer was written: turns of their own
+                        self._redraw()
+                        self.out.write(self._ahead[0] + "\n")
+                        self._prompt_shown = False
+                        await self._one(respond, self._ahead.pop(0))
                     self._redraw()
             tg.cancel_scope.cancel()
 
@@ -210,6 +225,8 @@ class StdioChannel:
                         self.dialog.answer(text if event == "submit" else "/cancel")
                     elif event == "submit" and is_stop(text) and self._current is not None:
                         self._interrupt(respond)  # typed /stop: what Ctrl-C does
+                    elif event == "submit" and self._steers(text, lines):
+                        self._ahead.append(text)  # taken by the running turn (_take_ahead)
                     elif event == "submit":
                         idle = self._prompt_shown
                         if idle:
@@ -222,6 +239,26 @@ class StdioChannel:
                     elif event == "eof" and self._current is None:
                         return
                 self.out.flush()
+
+    def _steers(self, text: str, queued: MemoryObjectSendStream[tuple[str, bool]]) -> bool:
+        """Whether a line typed now may join the running reply's turn (FOLLOWUPS=steer): plain
+        text, with nothing queued before it (a command keeps its place in line)."""
+        return (self.followups == "steer" and self._current is not None
+                and bool(text.strip()) and not is_command(text)
+                and queued.statistics().current_buffer_used == 0)
+
+    async def _take_ahead(self) -> list[FollowUp]:
+        """The running turn's Steer (gantry.steer): the lines typed since it began, each
+        shown as it joins the turn."""
+        await anyio.lowlevel.checkpoint()  # a stopped turn ends here, having taken nothing
+        return [FollowUp(text, consume=partial(self._joined, text))
+                for text in self._ahead[:MAX_PER_ROUND]]
+
+    def _joined(self, text: str) -> None:
+        self._ahead.remove(text)
+        cut = "\n" if self._stream is not None and self._stream.mid_line else ""
+        self.out.write(f"{cut}{PROMPT}{text}\n")
+        self.out.flush()
 
     def _before_log(self) -> None:
         """A log line is coming to this terminal: the prompt off the screen first."""
@@ -287,18 +324,20 @@ class StdioChannel:
             self.out.write(NOTHING_TO_STOP + "\n")
             self.out.flush()
             return
+        if is_voice(text):  # the last reply spoken into a file: no model call
+            data_dir = self.media.data_dir if self.media is not None else "."
+            self.out.write(await speak_last(self.speech, self._last_reply, data_dir) + "\n")
+            self.out.flush()
+            return
         attached = await self._attached(text)
         if isinstance(attached, str):  # refused: say why, no model call
             self.out.write(attached + "\n")
             self.out.flush()
             return
-        unknown = None if attached is not None else unknown_command(text)
-        if unknown is not None:  # a typo'd command is not a message for the model
-            self.out.write(unknown + "\n")
-            self.out.flush()
-            return
         msg = (Inbound(channel=self.name, chat_id=CHAT_ID, user_id=self.user, text=text)
                if attached is None else attached)
+        if self.terminal and self.followups == "steer":
+            msg = msgspec.structs.replace(msg, steer=self._take_ahead)
         stream = StdioStream(self.out) if self.stream_replies else None
         self._current, self._stream = msg, stream
         try:
@@ -319,7 +358,10 @@ class StdioChannel:
         packed = unpack(reply)
         reply = packed.text
         if text.strip().lower() == "/help":
-            reply += "\n" + ATTACH_HELP + ("\n" + KEYS_HELP if self.terminal else "")
+            reply += "\n" + ATTACH_HELP + "\n" + VOICE_HELP + (
+                "\n" + KEYS_HELP if self.terminal else "")
+        elif attached is not None or not text.strip().startswith("/"):
+            self._last_reply = reply  # a model's answer, not a command's
         if stream is not None:
             await stream.finish(reply)
         else:

@@ -24,8 +24,12 @@ from gantry.channel.telegram.retry import Backoff, expected
 log = logging.getLogger("gantry.channel.telegram")
 
 COMMANDS = [("new", "start a new conversation"), ("status", "uptime, model, history size"),
+            ("usage", "model calls, tokens and cost"),
             ("stop", "stop the reply being written"), ("cancel", "same as /stop"),
-            ("decline", "decline an MCP server's question"), ("help", "what I can do")]
+            ("decline", "decline an MCP server's question"), ("skills", "the persona's skills"),
+            ("prompts", "the MCP servers' prompts"), ("prompt", "run an MCP server's prompt"),
+            ("help", "what I can do")]
+VOICE_COMMAND = ("voice", "voice replies: /voice on or /voice off")
 SESSION_LIMIT = 100  # aiogram's defaults for its aiohttp connector (see _Session)
 SESSION_DNS_TTL = 3600
 MENU_ATTEMPTS = 5  # setMyCommands tries before the menu is given up (one warning)
@@ -92,15 +96,16 @@ async def connect(bot: Bot) -> User:
             await anyio.sleep(delay)
 
 
-async def publish_commands(bot: Bot) -> None:
+async def publish_commands(bot: Bot, voice: bool = False) -> None:
     """The command menu beside the poller, not before it: it is only a convenience (the
     commands work without it), so a slow or failing setMyCommands never delays receiving.
-    A few tries with backoff, then one warning."""
+    A few tries with backoff, then one warning. `voice`: /voice is in it (speech is set up)."""
     backoff = Backoff(first=retry.BACKOFF_FIRST)
+    commands = [*COMMANDS[:3], VOICE_COMMAND, *COMMANDS[3:]] if voice else COMMANDS
     for attempt in range(1, MENU_ATTEMPTS + 1):
         try:
             await bot.set_my_commands([BotCommand(command=c, description=d)
-                                       for c, d in COMMANDS])
+                                       for c, d in commands])
             log.debug("telegram command menu published", extra={"attempt": attempt})
             return
         except TelegramRetryAfter as exc:

@@ -24,9 +24,12 @@ from gantry.channel.telegram.elicit import TelegramDialog
 from gantry.channel.telegram.filter import LogOnce
 from gantry.channel.telegram.media import TelegramMedia
 from gantry.channel.telegram.poll import POLL_TIMEOUT, Poller
+from gantry.channel.telegram.reactions import Reactions
 from gantry.channel.telegram.store import TelegramStore
+from gantry.channel.telegram.voice import VoiceOut
 from gantry.channel.telegram.worker import ChatWorkers
 from gantry.media.build import MediaReader
+from gantry.media.speech import Speaker
 
 
 class TelegramChannel:
@@ -46,15 +49,19 @@ class TelegramChannel:
         poll_timeout: int = POLL_TIMEOUT,
         ssl_context: ssl.SSLContext | None = None,
         media: MediaReader | None = None,
+        followups: str = "steer",
+        speech: Speaker | None = None,
+        reactions: bool = False,
     ) -> None:
         self.allowed = frozenset(allowed_users)
         self.store = TelegramStore(conn)
         self.bot = make_bot(token, api_url, ssl_context)
         self.dialog = TelegramDialog(self.bot)  # MCP servers' questions (gantry/elicit.py)
         self.media = TelegramMedia(self.bot, media)
-        self.out = Delivery(self.bot, self.store)
+        self.out = Delivery(self.bot, self.store, VoiceOut(speech),
+                            Reactions(self.bot, conn, enabled=reactions))
         self.workers = ChatWorkers(self.name, self.store, self.media, self.out,
-                                   stream_replies=stream_replies)
+                                   stream_replies=stream_replies, followups=followups)
         self.poller = Poller(self.bot, self.store, self.workers, self.out, self.dialog,
                              self.media, allowed=self.allowed, groups=groups,
                              poll_timeout=poll_timeout)
@@ -71,7 +78,7 @@ class TelegramChannel:
                 self.dialog.start(tg)
                 for chat in self.store.pending_chats():
                     self.workers.kick(chat)
-                tg.start_soon(publish_commands, self.bot)
+                tg.start_soon(publish_commands, self.bot, self.out.voice.configured)
                 try:
                     await self.poller.run(tg)
                 finally:
@@ -79,6 +86,8 @@ class TelegramChannel:
         finally:
             with anyio.CancelScope(shield=True):
                 await self.bot.session.close()
+                if self.out.voice.speaker is not None:
+                    await self.out.voice.speaker.aclose()
 
     # The parts' per-chat state, as tests/test_telegram*.py watch it.
 

@@ -24,9 +24,11 @@ from aiogram.exceptions import (
 from gantry.channel.reply import Attachment, Reply, image_urls, unpack
 from gantry.channel.telegram.files_out import send_attachment
 from gantry.channel.telegram.format import Rendered, render_markdown, to_aiogram
+from gantry.channel.telegram.reactions import Reactions
 from gantry.channel.telegram.retry import TRANSIENT, bad_entities, not_modified, permanent
 from gantry.channel.telegram.split import split_message
 from gantry.channel.telegram.store import Pending, TelegramStore
+from gantry.channel.telegram.voice import Spoken, Step, VoiceOut, with_voice
 
 log = logging.getLogger("gantry.channel.telegram")
 
@@ -51,9 +53,12 @@ def delivery_parts(reply: Reply) -> tuple[list[Rendered], list[Attachment | str]
 class Delivery:
     """Sending and editing for one TelegramChannel; the worker decides when, this how."""
 
-    def __init__(self, bot: Bot, store: TelegramStore) -> None:
+    def __init__(self, bot: Bot, store: TelegramStore, voice: VoiceOut | None = None,
+                 reactions: Reactions | None = None) -> None:
         self.bot = bot
         self.store = store
+        self.voice = voice or VoiceOut(None)
+        self.reactions = reactions or Reactions(bot, store.conn, enabled=False)
         self.edit_at: dict[int, float] = {}  # chat → earliest time the next edit may go
         self._closing = False
         self._deliveries: set[anyio.CancelScope] = set()
@@ -102,25 +107,48 @@ class Delivery:
             scope.deadline = min(scope.deadline, limit)
 
     async def _deliver(self, row: Pending) -> None:
-        """Send the parts not yet sent (editing streamed messages in place), then the
-        reply's attachments, each one more part; raises what Telegram raised (the worker
-        judges whether it is transient or final)."""
-        assert row.reply is not None
-        parts, extras = delivery_parts(unpack(row.reply))
-        total = len(parts) + len(extras)
+        """Send the parts not yet sent (editing streamed messages in place), then the voice
+        note of a spoken reply (voice.py), then the reply's attachments, each one more part;
+        raises what Telegram raised (the worker judges whether it is transient or final)."""
+        steps = self.steps(row)
+        total = len(steps)
         for i in range(row.sent_parts, total):
-            if i >= len(parts):
-                await self.send_file(row.chat_id, extras[i - len(parts)])
-            elif i < len(row.stream_msgs):
-                await self._edit_final(row.chat_id, row.stream_msgs[i], parts[i])
-            else:
-                await self.send(row.chat_id, parts[i])
+            sent = await self._step(row, i, steps[i])
             row.sent_parts = i + 1
             self.store.mark_sent(row.update_id, row.sent_parts, total)
-        for extra in row.stream_msgs[len(parts):]:  # streamed text outgrew the final reply
-            await self._quiet_delete(row.chat_id, extra)
+            if sent is not None:
+                self.reactions.sent(row.chat_id, sent, row.update_id)
+        texts = sum(isinstance(s, Rendered) for s in steps)
+        for extra in row.stream_msgs[texts:]:  # streamed text outgrew the final reply
+            await self.quiet_delete(row.chat_id, extra)
         if row.sent_parts >= total:
             self.store.mark_sent(row.update_id, total, total)
+
+    def steps(self, row: Pending) -> list[Step]:
+        """The parts of a row's reply, in order; the same on every attempt (sent_parts counts
+        them): what the reply says, whether it is spoken, and what was streamed are stored."""
+        assert row.reply is not None
+        reply = unpack(row.reply)
+        parts, extras = delivery_parts(reply)
+        if row.voice and parts:
+            return with_voice(parts, extras, reply.text, self.voice.max_chars or 1000,
+                              len(row.stream_msgs))
+        return [*parts, *extras]
+
+    async def _step(self, row: Pending, i: int, step: Step) -> int | None:
+        """One part out; the message id of a reply message it sent, if any."""
+        if isinstance(step, Spoken):
+            sent = await self.voice.send(self.bot, row.chat_id, step)
+            if sent is None and step.caption is not None:  # no voice: the text as it was
+                return await self.send(row.chat_id, step.caption)
+            return sent
+        if not isinstance(step, Rendered):
+            await self.send_file(row.chat_id, step)
+            return None
+        if i < len(row.stream_msgs):
+            await self._edit_final(row.chat_id, row.stream_msgs[i], step)
+            return row.stream_msgs[i]
+        return await self.send(row.chat_id, step)
 
     async def send_file(self, chat: int, file: Attachment | str) -> None:
         """One attachment (sendPhoto, or sendDocument) or image URL, following a group's
@@ -211,6 +239,6 @@ class Delivery:
                     raise
                 await anyio.sleep(0.5 * 2**attempt)
 
-    async def _quiet_delete(self, chat: int, message_id: int) -> None:
+    async def quiet_delete(self, chat: int, message_id: int) -> None:
         with contextlib.suppress(Exception):  # a leftover streamed message: cosmetic
             await self.bot.delete_message(chat_id=chat, message_id=message_id)

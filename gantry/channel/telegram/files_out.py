@@ -16,7 +16,7 @@ import anyio
 import gantry.channel.telegram.lazy_aiogram  # noqa: F401  # isort: skip  (before aiogram: lazy models)
 from aiogram import Bot
 from aiogram.exceptions import TelegramBadRequest, TelegramRetryAfter
-from aiogram.types import FSInputFile
+from aiogram.types import BufferedInputFile, FSInputFile
 from aiohttp import FormData, hdrs
 
 from gantry.channel.reply import Attachment
@@ -36,11 +36,20 @@ class TypedFile(FSInputFile):
         self.content_type = content_type
 
 
+class TypedBytes(BufferedInputFile):
+    """An upload from memory that keeps its MIME type (a voice note as audio/ogg)."""
+
+    def __init__(self, data: bytes, filename: str, content_type: str) -> None:
+        super().__init__(data, filename=filename)
+        self.content_type = content_type
+
+
 def typed_form(form: FormData, method: Any) -> FormData:
-    """aiogram's multipart form for `method`, each TypedFile's part given its type (the
-    parts are matched by file name; a form of any other shape is left as aiogram built it)."""
+    """aiogram's multipart form for `method`, each TypedFile's or TypedBytes' part given its
+    type (the parts are matched by file name; a form of any other shape is left as aiogram
+    built it)."""
     types = {v.filename: v.content_type for _, v in method
-             if isinstance(v, TypedFile) and v.filename and v.content_type}
+             if isinstance(v, TypedFile | TypedBytes) and v.filename and v.content_type}
     for field in getattr(form, "_fields", ()) if types else ():
         options, headers = field[0], field[1]
         mime = types.get(options.get("filename", ""))

@@ -26,8 +26,10 @@ from gantry.channel.telegram.filter import GROUP_CHATS, LogOnce, addressed
 from gantry.channel.telegram.format import Rendered
 from gantry.channel.telegram.incoming import incoming
 from gantry.channel.telegram.media import TelegramMedia
+from gantry.channel.telegram.reactions import Reactions, allowed_updates
 from gantry.channel.telegram.retry import Backoff, expected
 from gantry.channel.telegram.store import MAX_ATTEMPTS, Accepted, TelegramStore
+from gantry.channel.telegram.voice import VoiceChats, voice_command
 from gantry.channel.telegram.worker import ChatWorkers
 from gantry.media.kinds import dump
 from gantry.store.space import is_full
@@ -35,7 +37,8 @@ from gantry.store.space import is_full
 log = logging.getLogger("gantry.channel.telegram")
 
 POLL_TIMEOUT = 25
-# Edited messages, reactions, etc. are never delivered; callback_query: elicitation buttons.
+# Edited messages etc. are never delivered; callback_query: elicitation buttons. Users'
+# reactions (message_reaction) are added unless TELEGRAM_REACTIONS=false (reactions.py).
 ALLOWED_UPDATES = ["message", "callback_query"]
 NON_TEXT_REPLY = "I cannot read this kind of message."
 STRANGER_LOG_EVERY = 3600.0  # also how often an ignored group chat is logged
@@ -64,6 +67,9 @@ class Poller:
         self.me_username = ""
         self._tg: Any = None
         self._pruned_at = 0.0
+        self.reactions: Reactions = out.reactions
+        self.voice_chats = VoiceChats(store.conn)
+        self.allowed_updates = allowed_updates(ALLOWED_UPDATES, self.reactions.enabled)
 
     async def run(self, tg: Any) -> None:
         """Poll until cancelled; notices go into `tg`."""
@@ -83,7 +89,7 @@ class Poller:
                 updates = await self.bot.get_updates(
                     offset=offset or None,
                     timeout=self.poll_timeout,
-                    allowed_updates=ALLOWED_UPDATES,
+                    allowed_updates=self.allowed_updates,
                     request_timeout=self.poll_timeout + 15,
                 )
             except TelegramConflictError:
@@ -143,6 +149,7 @@ class Poller:
             return
         self._pruned_at = now
         pruned = self.store.prune()
+        self.reactions.prune()
         if pruned:
             log.info("pruned finished updates", extra={"count": pruned})
         self.strangers.expire(now)
@@ -158,6 +165,9 @@ class Poller:
         for upd in updates:
             if upd.callback_query is not None:  # a button: answered here, never a turn
                 self.dialog.take_button(upd.callback_query)
+                continue
+            if upd.message_reaction is not None:  # feedback for the next turn, never a turn
+                self._reaction(upd.message_reaction)
                 continue
             msg = upd.message
             if msg is None or not self._chat_ok(msg):
@@ -181,12 +191,16 @@ class Poller:
             refused = NON_TEXT_REPLY if got is None else self.media.refusal(got.media)
             if got is not None and got.media_group:
                 self.media.album_seen(msg.chat.id, got.media_group)
+            said = None if text is None or stop else voice_command(text)
+            if said is not None:  # /voice on|off: the chat's setting, answered at once
+                refused = self.voice_chats.command(msg.chat.id, said, self.out.voice.configured)
             accepted.append(Accepted(
                 update_id=upd.update_id, chat_id=msg.chat.id, user_id=user,
                 message_id=msg.message_id, text=got.text if got else "",
                 reply=None if stop else refused, done=stop,
                 media=dump(got.media) if got else "[]",
                 media_group=got.media_group if got else None,
+                voice=refused is None and not stop and self._spoken(msg.chat.id, got),
             ))
         self.store.accept(accepted, max(u.update_id for u in updates) + 1,
                           stopped=list(stops.values()), stopped_reply=STOPPED_REPLY)
@@ -206,6 +220,26 @@ class Poller:
             log.warning("could not send a notice", extra={
                 "chat_id": chat, "error": f"{type(exc).__name__}: {exc}"},
                 exc_info=None if expected(exc) else exc)
+
+    def _spoken(self, chat: int, got: Any) -> bool:
+        """Whether the reply is spoken too: a voice note came in, or the chat asked for it."""
+        if not self.out.voice.configured or got is None:
+            return False
+        return any(m.kind == "voice" for m in got.media) or self.voice_chats.wanted(chat)
+
+    def _reaction(self, reaction: Any) -> None:
+        """A user's reaction: kept for their next turn if it is an allowlisted user's, in a
+        chat gantry answers in (a group only with TELEGRAM_GROUPS=mention), on one of
+        gantry's recent replies; ignored otherwise, strangers logged as for messages."""
+        user = reaction.user.id if reaction.user is not None else 0  # 0: anonymous admin
+        kind = reaction.chat.type
+        chat_ok = user in self.allowed and (
+            kind == "private" or (self.groups == "mention" and kind in GROUP_CHATS))
+        if user not in self.allowed and user:
+            self._stranger(user)
+        why = self.reactions.take(reaction, chat_ok=chat_ok)
+        if why is not None:
+            log.debug("ignored a reaction", extra={"chat_id": reaction.chat.id, "why": why})
 
     def _chat_ok(self, msg: Message) -> bool:
         """Private chats always; groups only with TELEGRAM_GROUPS=mention and a message that

@@ -2,11 +2,12 @@
 
 An update is *accepted* (row written and offset advanced in one transaction) before
 Telegram is told it was received, *replied* once the agent's answer is stored, and
-*answered* when every part is delivered. A restart resumes whatever is still accepted or
-replied. Two other ends exist, so nothing stays pending forever: *failed* (processing
-failed unexpectedly MAX_ATTEMPTS times in a row, or the process died during it MAX_CRASHES
-times in a row) and *undeliverable* (Telegram refused the reply for good: bot blocked, chat
-gone).
+*answered* when every part is delivered; a follow-up folded into a running turn ends
+*folded* (gantry/steer.py: the reply of the turn it joined answers it). A restart
+resumes whatever is still accepted or replied. Two other ends exist, so nothing stays
+pending forever: *failed* (processing failed unexpectedly MAX_ATTEMPTS times in a row, or
+the process died during it MAX_CRASHES times in a row) and *undeliverable* (Telegram
+refused the reply for good: bot blocked, chat gone).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Sequence
 import msgspec
 
 PENDING = "state IN ('accepted', 'replied')"
+PENDING_COLUMNS = ("update_id, chat_id, user_id, message_id, text, reply, sent_parts, "
+                   "stream_msgs, media, media_group, voice")
 MAX_ATTEMPTS = 3  # consecutive attempts ending in an ordinary failure before giving up
 MAX_CRASHES = 5  # consecutive attempts the process died during before giving up
 
@@ -60,6 +63,7 @@ class Pending(msgspec.Struct):
     stream_msgs: list[int]
     media: str = "[]"  # JSON list of gantry.media.kinds.Media, read when the turn runs
     media_group: str | None = None
+    voice: bool = False  # the reply is spoken too (gantry.channel.telegram.voice)
 
 
 class Accepted(msgspec.Struct, frozen=True):
@@ -72,6 +76,17 @@ class Accepted(msgspec.Struct, frozen=True):
     done: bool = False  # finished on arrival, nothing to send (a /stop, handled at once)
     media: str = "[]"
     media_group: str | None = None
+    voice: bool = False
+
+
+def _pending(r: tuple[object, ...]) -> Pending:
+    """A Pending from a row of PENDING_COLUMNS."""
+    return Pending(
+        int(r[0]), int(r[1]), int(r[2]), int(r[3]), str(r[4]),  # type: ignore[call-overload]
+        None if r[5] is None else str(r[5]), int(r[6]),  # type: ignore[call-overload]
+        [int(x) for x in json.loads(str(r[7]))], str(r[8]),
+        None if r[9] is None else str(r[9]), bool(r[10]),
+    )
 
 
 def _arrival_state(u: Accepted) -> str:
@@ -114,9 +129,10 @@ class TelegramStore:
                 self._rows(
                     "INSERT OR IGNORE INTO telegram_update (update_id, chat_id, user_id, "
                     "message_id, text, state, reply, received_at, answered_at, media, "
-                    "media_group) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "media_group, voice) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (u.update_id, u.chat_id, u.user_id, u.message_id, u.text, _arrival_state(u),
-                     u.reply, now, now if u.done else None, u.media, u.media_group),
+                     u.reply, now, now if u.done else None, u.media, u.media_group,
+                     int(u.voice)),
                 )
             for update_id in stopped:
                 self._rows(
@@ -140,20 +156,13 @@ class TelegramStore:
     def next_pending(self, chat_id: int) -> Pending | None:
         """The oldest unfinished update of a chat (per-chat arrival order)."""
         rows = self._rows(
-            "SELECT update_id, chat_id, user_id, message_id, text, reply, sent_parts, "
-            f"stream_msgs, media, media_group FROM telegram_update WHERE chat_id = ? "
+            f"SELECT {PENDING_COLUMNS} FROM telegram_update WHERE chat_id = ? "
             f"AND {PENDING} ORDER BY update_id LIMIT 1",
             (chat_id,),
         )
         if not rows:
             return None
-        r = rows[0]
-        return Pending(
-            int(r[0]), int(r[1]), int(r[2]), int(r[3]), str(r[4]),  # type: ignore[call-overload]
-            None if r[5] is None else str(r[5]), int(r[6]),  # type: ignore[call-overload]
-            [int(x) for x in json.loads(str(r[7]))], str(r[8]),
-            None if r[9] is None else str(r[9]),
-        )
+        return _pending(rows[0])
 
     def album_age(self, chat_id: int, group: str) -> float:
         """Seconds since the newest pending message of an album arrived (a later part may
@@ -192,6 +201,27 @@ class TelegramStore:
                     "UPDATE telegram_update SET state = 'answered', answered_at = ?, "
                     "error = NULL WHERE update_id = ?", (time.time(), update_id))
         return merged
+
+    def waiting(self, lead: Pending, limit: int) -> list[Pending]:
+        """The chat's updates accepted after `lead` and not yet started, oldest first (the
+        follow-ups that may join its turn: gantry.channel.telegram.steer)."""
+        rows = self._rows(
+            f"SELECT {PENDING_COLUMNS} FROM telegram_update WHERE chat_id = ? "
+            "AND update_id > ? AND state = 'accepted' ORDER BY update_id LIMIT ?",
+            (lead.chat_id, lead.update_id, limit),
+        )
+        return [_pending(r) for r in rows]
+
+    def fold(self, update_id: int) -> bool:
+        """End a follow-up as folded into the running turn. Only write: the agent calls it in
+        the transaction that adds the text to the history. False if it was no longer waiting."""
+        with self.conn:  # type: ignore[attr-defined]
+            rows = self._rows(
+                "UPDATE telegram_update SET state = 'folded', answered_at = ?, error = NULL "
+                "WHERE update_id = ? AND state = 'accepted' RETURNING update_id",
+                (time.time(), update_id),
+            )
+        return bool(rows)
 
     def set_reply(self, update_id: int, reply: str, error: str | None = None) -> None:
         """Store the reply to deliver; `error` set means it stands in for a failed turn.

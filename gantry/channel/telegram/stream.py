@@ -57,6 +57,24 @@ class TelegramStream:
             except Exception as exc:
                 self._failed(exc)
 
+    async def restart(self) -> None:
+        """The reply starts over: the first message goes back to the placeholder, to be
+        edited to the new text; any message the old text overflowed into is deleted."""
+        self.text = ""
+        if self.dead or not self.message_ids:
+            return
+        extra = self.message_ids[1:]
+        if extra:
+            del self.message_ids[1:]
+            self.out.store.set_stream_msgs(self.row.update_id, self.message_ids)
+            self.shown = ""  # the first message shows the old head: edit it whatever it holds
+            for message_id in extra:
+                await self.out.quiet_delete(self.row.chat_id, message_id)
+        try:
+            await self._show(PLACEHOLDER, force=True)
+        except Exception as exc:
+            self._failed(exc)
+
     def _failed(self, exc: Exception) -> None:
         """Showing progress is cosmetic: a failure never reaches the turn. After a final
         refusal (bot blocked, chat gone) the stream stops trying; delivery decides."""

@@ -23,6 +23,7 @@ from gantry.channel.telegram import retry
 from gantry.channel.telegram.delivery import Delivery
 from gantry.channel.telegram.media import TelegramMedia
 from gantry.channel.telegram.retry import TRANSIENT, Backoff, permanent
+from gantry.channel.telegram.steer import steer_for
 from gantry.channel.telegram.store import Pending, TelegramStore, next_attempt
 from gantry.channel.telegram.stream import TelegramStream
 from gantry.media.files import MediaError
@@ -52,12 +53,13 @@ class ChatWorkers:
     """The per-chat workers of one TelegramChannel, started by `kick` in its task group."""
 
     def __init__(self, name: str, store: TelegramStore, media: TelegramMedia, out: Delivery,
-                 *, stream_replies: bool) -> None:
+                 *, stream_replies: bool, followups: str = "steer") -> None:
         self.name = name
         self.store = store
         self.media = media
         self.out = out
         self.stream_replies = stream_replies
+        self.followups = followups  # FOLLOWUPS: "steer" folds the author's follow-ups in
         self.respond: Responder | None = None
         self.tg: Any = None
         self.active: set[int] = set()
@@ -168,6 +170,7 @@ class ChatWorkers:
             row.reply = FAILED_REPLY
             self.store.set_reply(row.update_id, FAILED_REPLY, error=f"the turn {why}")
             return True
+        await self.out.reactions.mark(row.chat_id, row.message_id)  # 👀: seen, started on
         try:
             with anyio.CancelScope() as reading:  # a /stop cancels it (see stop)
                 self._reading[row.chat_id] = (row.update_id, reading)
@@ -229,7 +232,10 @@ class ChatWorkers:
                       extra={"update_id": row.update_id, "chat_id": row.chat_id, "why": why})
             self.store.finish(row.update_id, "failed", f"delivery {why}")
             return True
-        return await self.out.attempt(row)
+        done = await self.out.attempt(row)
+        if done:  # the answer is out (or given up): the 👀 goes
+            await self.out.reactions.clear(row.chat_id, row.message_id)
+        return done
 
     async def _read_media(self, row: Pending) -> tuple[str, tuple[ImagePart, ...]]:
         """The turn's text and images (gantry.media), with the typing indicator on while
@@ -258,10 +264,18 @@ class ChatWorkers:
         # on_answer stores the reply in the agent's transaction (one connection per process,
         # so the same one): a kill cannot leave the answer recorded and the row unanswered,
         # which would run the whole turn, tool calls and all, again on redelivery.
+        # The user's reactions since (reactions.py): context for this turn, seen with its answer.
+        context, reacted = self.out.reactions.context(row.chat_id, row.user_id)
+
+        def on_answer(reply: str) -> None:
+            self.store.set_reply(row.update_id, reply)
+            self.out.reactions.seen(reacted, row.user_id)
+
         inbound = Inbound(channel=self.name, chat_id=str(row.chat_id), user_id=str(row.user_id),
                           text=text, message_id=str(row.message_id),
                           group=row.chat_id != row.user_id, images=images,
-                          on_answer=lambda reply: self.store.set_reply(row.update_id, reply))
+                          on_answer=on_answer, context=context,
+                          steer=steer_for(self.store, row) if self.followups == "steer" else None)
         stream = TelegramStream(self.out, row) if self.stream_replies else None
         ended: TurnAborted | TurnStopped | StorageFull | None = None
         self.turning[row.chat_id] = (row.update_id, inbound)
