@@ -72,10 +72,14 @@ class Result:
 
 
 def dia_ids(value: Any) -> frozenset[str]:
-    """Every `D<session>:<turn>` in a string or a list of strings."""
-    items = value if isinstance(value, list) else [value]
-    return frozenset(f"D{a}:{b}" for item in items if isinstance(item, str)
-                     for a, b in _DIA.findall(item))
+    """Every `D<session>:<turn>` in a string or a list of them, nested lists too: a few
+    observations cite their turns as one list (`[text, ["D15:3", "D15:5"]]`), and reading
+    only flat strings stored those rows with no evidence id at all."""
+    if isinstance(value, str):
+        return frozenset(f"D{a}:{b}" for a, b in _DIA.findall(value))
+    if isinstance(value, list):
+        return frozenset().union(*(dia_ids(item) for item in value))
+    return frozenset()
 
 
 def conversations(path: Path) -> Iterator[Conversation]:

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 QUERY_TERMS = 16
 K1 = 1.2  # BM25 term-frequency saturation
@@ -23,6 +24,7 @@ FORM_WEIGHT = STEM_WEIGHT  # an irregular inflection ('gave' for 'give') is a st
 DERIVED_WEIGHT = 0.8  # a derivation ('marriage' for 'married'): the same idea, another word
 RELATED_WEIGHT = 0.3  # a related word ('kid' for 'child'): well below any form of the word
 PAIR_WEIGHT = 0.25  # two query words side by side in a row, as in the query: a phrase
+FUZZY_WEIGHT = 0.8  # a near spelling of a word no row holds ('persue' for 'pursue')
 RECENCY_WEIGHT = 0.1  # a fresh row scores at most this much more than an old one
 RECENCY_DAYS = 30.0  # ... halving with every RECENCY_DAYS of age
 _WORD = re.compile(r"\w+")
@@ -51,7 +53,10 @@ themselves then there these they this those through to too under until up very w
 what when where which while who whom why will with would you your yours yourself
 yourselves s t ve ll re d m
 """
-STOPWORDS = frozenset(_STOPWORDS.split())
+# A question's frame ('what kind of writing', 'which type of dog'): these words are about
+# the question, not its topic, and matched 'kind words' before 'writing' (issue 45).
+_FRAME = "kind kinds type types sort sorts"
+STOPWORDS = frozenset(_STOPWORDS.split()) | frozenset(_FRAME.split())
 
 
 def words(text: str, limit: int = QUERY_TERMS) -> list[str]:
@@ -144,6 +149,16 @@ class Tokens:
     stems: Sequence[str]
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """A row recall considers: its score, id, the row itself (any type) and its tokens."""
+
+    score: float
+    id: int
+    row: Any
+    tokens: Tokens
+
+
 def _count(tokens: Sequence[str], want: tuple[str, ...]) -> int:
     """How often the word occurs: the rarest of its tokens (a word may be several tokens)."""
     if len(want) == 1:  # nearly every word: skip the generator
@@ -208,6 +223,44 @@ def pairs_bonus(terms: Sequence[Term], row: Tokens, avg_length: float) -> float:
         if n:
             out += PAIR_WEIGHT * (a.weight + b.weight) / 2 * n * (K1 + 1.0) / (n + norm)
     return out
+
+
+def close(word: str, term: str) -> bool:
+    """Whether index stem `term` may be what the unmatched query stem `word` meant: one
+    edit away (a letter added, dropped, changed, or two swapped; two edits for a word of 8+
+    letters), or `word` is `term` plus a suffix the stemmer missed ('educaton' → 'educ').
+    Words under 4 letters never match, nor by edits under 5: too many terms are that close."""
+    if len(word) < 4 or len(term) < 3 or word == term:
+        return False
+    if len(term) >= 4 and word.startswith(term) and len(word) - len(term) <= 4:
+        return True
+    if len(word) < 5:
+        return False
+    limit = 2 if len(word) >= 8 else 1
+    return abs(len(word) - len(term)) <= limit and edits(word, term, limit) <= limit
+
+
+def edits(a: str, b: str, limit: int) -> int:
+    """Optimal-string-alignment distance of `a` and `b` (insert, delete, substitute, swap
+    neighbours), or `limit` + 1 as soon as it must exceed `limit` (bounded work)."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        cur = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        if min(cur) > limit:
+            return limit + 1
+        prev2, prev = prev, cur
+    return min(prev[-1], limit + 1)
+
+
+def splits(word: str) -> list[tuple[str, str]]:
+    """Ways to read a run-together word as two words of 3+ letters ('roadtrip')."""
+    return [(word[:i], word[i:]) for i in range(3, len(word) - 2)]
 
 
 def recency(age_days: float) -> float:

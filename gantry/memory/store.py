@@ -32,6 +32,8 @@ CANDIDATES = 200  # rows an all-words (forget) match considers, newest first
 MMAP_BYTES = 256 << 20
 PER_TERM = 64  # newest matches read per query word: bounds recall's cost on a common word
 RESCORE = 20  # best rows by matched IDF that are re-scored with BM25 from their own tokens
+FUZZY_SCAN = 4000  # index terms a misspelt word is compared with, at most
+FUZZY_KEEP = 3  # near spellings kept per misspelt word
 ALT_CACHE = 4096  # query words whose lexicon alternates a store keeps tokenized
 TOKENIZER = ("unicode61", "remove_diacritics", "2")  # memory_fts's, under its Porter stemmer
 TTL_DAYS = {"episode": 30}  # per kind; kinds not listed never expire (spec §7.1)
@@ -249,6 +251,7 @@ class MemoryStore:
         self._exact = conn.fts5_tokenizer(TOKENIZER[0], list(TOKENIZER[1:]))
         # word → its lexicon alternates as index stems: a word's stems never change.
         self._alt_cache: dict[str, list[tuple[list[tuple[str, tuple[str, ...]]], float]]] = {}
+        self._vocab_table: str | None = None
         self.fill_grams()
 
     def now(self) -> str:
@@ -406,6 +409,30 @@ class MemoryStore:
             return []
         if mode == "and":
             return self._containing_all(query, limit, active)
+        return [c.row for c in self.candidates(query, max(RESCORE, limit * 2), active)[:limit]]
+
+    def candidates(self, query: str, pool: int, active: bool = True) -> list[ranking.Candidate]:
+        """Up to `pool` rows for `query` with their tokens and BM25 score, best first."""
+        wanted, coarse = self.query_terms(query)
+        best = sorted(coarse, key=lambda r: (coarse[r], r), reverse=True)[:pool]
+        rows = self._fetch(best, active)
+        if not rows:
+            return []
+        tokens = [self._row_tokens(r) for r in rows]
+        avg = sum(len(t.stems) for t in tokens) / len(tokens)
+        now = self.clock()
+        scored = [
+            ranking.Candidate(
+                (ranking.relevance(wanted, t, avg) + ranking.pairs_bonus(wanted, t, avg))
+                * recency(self._age_days(r, now)), int(r.id), r, t)
+            for r, t in zip(rows, tokens, strict=True)
+        ]
+        scored.sort(key=lambda c: (c.score, c.id), reverse=True)
+        return scored
+
+    def query_terms(self, query: str) -> tuple[list[Term], dict[int, float]]:
+        """The query's words as Terms, and the coarse score (matched IDF) of every row
+        among the newest PER_TERM matches of a word or of its alternates."""
         top = int(self.conn.execute("SELECT coalesce(max(id), 0) FROM memory").fetchone()[0])
         coarse: dict[int, float] = {}
         wanted: list[Term] = []
@@ -420,29 +447,17 @@ class MemoryStore:
             for rid in found:
                 coarse[rid] = coarse.get(rid, 0.0) + weight
             alts: list[tuple[tuple[str, ...], float]] = []
-            for group, factor in self._alternates(word, stems):
+            groups = self._alternates(word, stems)
+            if not found and not groups:
+                groups = self._near(word, stems)
+            for group, factor in groups:
                 alts += [(stems_of, factor) for _, stems_of in group]
                 direct = set(found)
                 for rid in self._newest(match_expr([w for w, _ in group])):
                     if rid not in direct:  # a row holding the word itself is credited once
                         coarse[rid] = coarse.get(rid, 0.0) + weight * factor
             wanted.append(Term(tuple(self._tokens(word, stem=False)), stems, weight, tuple(alts)))
-        best = sorted(coarse, key=lambda r: (coarse[r], r), reverse=True)[
-            : max(RESCORE, limit * 2)
-        ]
-        rows = self._fetch(best, active)
-        if not rows:
-            return []
-        tokens = [self._row_tokens(r) for r in rows]
-        avg = sum(len(t.stems) for t in tokens) / len(tokens)
-        now = self.clock()
-        scored = [
-            ((ranking.relevance(wanted, t, avg) + ranking.pairs_bonus(wanted, t, avg))
-             * recency(self._age_days(r, now)), int(r.id), r)
-            for r, t in zip(rows, tokens, strict=True)
-        ]
-        scored.sort(key=lambda x: (x[0], x[1]), reverse=True)
-        return [r for _, _, r in scored[:limit]]
+        return wanted, coarse
 
     def _alternates(
         self, word: str, stems: tuple[str, ...]
@@ -472,6 +487,51 @@ class MemoryStore:
                 out.append((kept, factor))
         self._alt_cache[word] = out
         return out
+
+    def _near(
+        self, word: str, stems: tuple[str, ...]
+    ) -> list[tuple[list[tuple[str, tuple[str, ...]]], float]]:
+        """For a word no row holds and the lexicon does not know: index terms spelt nearly
+        like it ('persue' → pursu) or the two words it runs together ('roadtrip' → road
+        trip), as one FUZZY_WEIGHT group. Reads at most FUZZY_SCAN terms of the index's
+        vocabulary that share its first letter; [] if there is none or no vocabulary."""
+        if len(stems) != 1 or not stems[0].isascii() or not stems[0].isalpha():
+            return []
+        stem = stems[0]
+        vocab = self._vocab()
+        if vocab is None:
+            return []
+        terms = [
+            str(t) for (t,) in self.conn.execute(
+                f"SELECT term FROM {vocab} WHERE term >= ? AND term < ? LIMIT ?",
+                (stem[0], chr(ord(stem[0]) + 1), FUZZY_SCAN))
+        ]
+        known = set(terms)
+        for a, b in ranking.splits(word) if len(word) >= 6 else []:
+            pair = tuple(self._tokens(f"{a} {b}", stem=True))
+            if len(pair) == 2 and pair[0] in known and self._in_vocab(vocab, pair[1]):
+                return [([(f"{a} {b}", pair)], ranking.FUZZY_WEIGHT)]
+        near = [t for t in terms if t not in ranking.STOPWORDS and ranking.close(stem, t)]
+        near.sort(key=lambda t: (ranking.edits(stem, t, 2), -len(t)))
+        kept = [(t, (t,)) for t in near[:FUZZY_KEEP]]
+        return [(kept, ranking.FUZZY_WEIGHT)] if kept else []
+
+    def _vocab(self) -> str | None:
+        """The name of a temp fts5vocab table over memory_fts (made once per connection),
+        or None if this SQLite cannot make one."""
+        if self._vocab_table is None:
+            try:
+                self.conn.execute(
+                    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.memory_vocab "
+                    "USING fts5vocab(main, memory_fts, row)")
+                self._vocab_table = "temp.memory_vocab"
+            except apsw.Error:
+                self._vocab_table = ""
+        return self._vocab_table or None
+
+    def _in_vocab(self, vocab: str, term: str) -> bool:
+        return self.conn.execute(
+            f"SELECT 1 FROM {vocab} WHERE term = ?", (term,)).fetchone() is not None
 
     def _newest(self, match: str | None) -> list[int]:
         """Rowids of the newest PER_TERM rows matching an FTS5 expression."""
