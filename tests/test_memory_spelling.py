@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gantry import db
-from gantry.memory import ranking, store as store_mod
+from gantry.memory import ranking
+from gantry.memory import store as store_mod
 from gantry.memory.store import MemoryStore
 
 ROOT = Path(__file__).resolve().parent.parent

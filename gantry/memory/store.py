@@ -513,7 +513,7 @@ class MemoryStore:
                 return [([(f"{a} {b}", pair)], ranking.FUZZY_WEIGHT)]
         near = [t for t in terms if t not in ranking.STOPWORDS and ranking.close(stem, t)]
         near.sort(key=lambda t: (ranking.edits(stem, t, 2), -len(t)))
-        kept = [(t, (t,)) for t in near[:FUZZY_KEEP]]
+        kept: list[tuple[str, tuple[str, ...]]] = [(t, (t,)) for t in near[:FUZZY_KEEP]]
         return [(kept, ranking.FUZZY_WEIGHT)] if kept else []
 
     def _vocab(self) -> str | None:
