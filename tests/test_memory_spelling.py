@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from gantry import db
 from gantry.memory import ranking
-from gantry.memory import store as store_mod
 from gantry.memory.store import MemoryStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,37 +27,43 @@ def store(tmp_path: Path) -> Any:
     conn.close()
 
 
-def osa(a: str, b: str) -> int:
-    """The textbook optimal-string-alignment distance, unbounded (the reference)."""
-    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
-    for i in range(1, len(a) + 1):
-        for j in range(1, len(b) + 1):
-            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1,
-                          d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
-            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
-                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
-    return d[len(a)][len(b)]
+@given(st.text(max_size=14), st.text(alphabet="abcdefgh", max_size=14))
+def test_variants_are_bounded_and_never_the_word_itself(word: str, stem: str) -> None:
+    out = ranking.variants(word, stem)
+    assert len(out) <= ranking.VARIANTS_MAX and stem not in out
+    assert len(stem) >= 5 or out == []
+    assert all(v not in ranking.STOPWORDS for v in out)
 
 
-@given(LETTERS, LETTERS, st.integers(0, 3))
-def test_edits_is_the_distance_cut_at_its_limit(a: str, b: str, limit: int) -> None:
-    assert ranking.edits(a, b, limit) == min(osa(a, b), limit + 1)
-    assert ranking.edits(a, b, limit) == ranking.edits(b, a, limit)
+@given(st.text(alphabet="abcdefgh", min_size=5, max_size=12))
+def test_every_variant_is_one_slip_from_the_stem_or_a_split(stem: str) -> None:
+    """A swap of neighbours, a dropped letter, a cut after 4+ letters, or a split word."""
+    for v in ranking.variants(stem, stem):
+        if " " in v:
+            assert v.replace(" ", "") == stem
+        elif len(v) == len(stem):
+            i = next(i for i in range(len(v)) if v[i] != stem[i])
+            assert v[i] == stem[i + 1] and v[i + 1] == stem[i] and v[i + 2 :] == stem[i + 2 :]
+        else:
+            assert len(v) >= 4 and (stem.startswith(v) or any(
+                stem[:i] + stem[i + 1 :] == v for i in range(len(stem))))
 
 
-@given(st.text(max_size=30), st.text(max_size=30))
-def test_close_never_raises_and_short_words_never_match(word: str, term: str) -> None:
-    near = ranking.close(word, term)
-    assert not near or (len(word) >= 4 and word != term)
+def test_variants_know_the_usual_slips() -> None:
+    assert "receiv" in ranking.variants("recieved", "reciev")  # two letters swapped
+    assert "festiv" in ranking.variants("fesetival", "fesetiv")  # a letter too many
+    assert "educ" in ranking.variants("educaton", "educaton")  # what the stemmer missed
+    assert "road trip" in ranking.variants("roadtrip", "roadtrip")
+    assert ranking.variants("wise", "wise") == []  # under 5 letters: too many neighbours
 
 
-def test_close_knows_the_usual_slips() -> None:
-    assert ranking.close("persu", "pursu")  # persue / pursue: a letter changed
-    assert ranking.close("torunament", "tournament")  # two letters swapped
-    assert ranking.close("reccomend", "recommend")  # two edits in a long word
-    assert ranking.close("educaton", "educ")  # the stem plus what the stemmer missed
-    assert not ranking.close("wise", "wish")  # under 5 letters: too many neighbours
-    assert not ranking.close("mel", "melani")
+def test_only_variants_some_candidate_holds_are_kept() -> None:
+    many = tuple(((f"v{i}",), 0.8) for i in range(ranking.VARIANTS_KEEP + 5))
+    term = ranking.Term(("x",), ("x",), 1.0, many)
+    kept = ranking.present([term], {"v3", "v7", "zz"})
+    assert [a[0] for a in kept[0].alts] == [("v3",), ("v7",)]
+    few = ranking.Term(("y",), ("y",), 1.0, many[:3])
+    assert ranking.present([few], set())[0] == few  # a lexicon's few words stay as they are
 
 
 @given(st.text(alphabet="abcxyz", max_size=12))
@@ -68,12 +73,12 @@ def test_splits_join_back_into_the_word(word: str) -> None:
 
 
 def test_a_misspelt_word_finds_the_row_spelt_right(store: MemoryStore) -> None:
-    """'persue' is in no row: before, the question found only rows naming Caroline."""
-    store.add("fact", "Caroline", "Caroline wants to pursue counseling as a career")
-    for thing in ("a dog", "to see Sweden", "a bike", "tea"):
-        store.add("fact", "Caroline", f"Caroline wants {thing}")
-    top = store.search("What does Caroline want to persue?", 5)
-    assert top[0].content.startswith("Caroline wants to pursue")
+    """'recieved' is in no row: before, the question found only rows naming Joanna."""
+    store.add("fact", "Joanna", "Joanna received a letter from the studio about her script")
+    for thing in ("a dog", "to see Paris", "a bike", "tea"):
+        store.add("fact", "Joanna", f"Joanna wants {thing}")
+    top = store.search("What has Joanna recieved?", 5)
+    assert top[0].content.startswith("Joanna received")
 
 
 def test_a_run_together_word_finds_its_two_words(store: MemoryStore) -> None:
@@ -98,17 +103,15 @@ def test_the_question_frame_does_not_match(store: MemoryStore) -> None:
     assert top[0].content.startswith("Joanna is heavily invested in writing")
 
 
-def test_respelling_reads_a_bounded_part_of_the_vocabulary(
-    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(store_mod, "FUZZY_SCAN", 5)
+def test_a_misspelt_word_costs_one_bounded_index_read(store: MemoryStore) -> None:
     for i in range(40):
         store.add("fact", "x", f"pword{i:02d} pwords{i:02d}")
     reads: list[Any] = []
-    store.conn.exec_trace = lambda _c, sql, b: reads.append((sql, b)) or True
+    store.conn.exec_trace = lambda _c, sql, b: reads.append(b) or True
     store.search("pwordzzq", 5)
-    scans = [b for sql, b in reads if "memory_vocab WHERE term >=" in sql]
-    assert scans and all(b[-1] == 5 for b in scans)
+    matches = [b[0] for b in reads if b and isinstance(b[0], str) and '"' in b[0]]
+    assert len(matches) == 2  # the word itself, then its variants at once
+    assert matches[1].count(" OR ") < ranking.VARIANTS_MAX
 
 
 def test_the_bench_reads_evidence_ids_given_as_one_list() -> None:

@@ -32,8 +32,6 @@ CANDIDATES = 200  # rows an all-words (forget) match considers, newest first
 MMAP_BYTES = 256 << 20
 PER_TERM = 64  # newest matches read per query word: bounds recall's cost on a common word
 RESCORE = 20  # best rows by matched IDF that are re-scored with BM25 from their own tokens
-FUZZY_SCAN = 4000  # index terms a misspelt word is compared with, at most
-FUZZY_KEEP = 3  # near spellings kept per misspelt word
 ALT_CACHE = 4096  # query words whose lexicon alternates a store keeps tokenized
 TOKENIZER = ("unicode61", "remove_diacritics", "2")  # memory_fts's, under its Porter stemmer
 TTL_DAYS = {"episode": 30}  # per kind; kinds not listed never expire (spec §7.1)
@@ -251,7 +249,6 @@ class MemoryStore:
         self._exact = conn.fts5_tokenizer(TOKENIZER[0], list(TOKENIZER[1:]))
         # word → its lexicon alternates as index stems: a word's stems never change.
         self._alt_cache: dict[str, list[tuple[list[tuple[str, tuple[str, ...]]], float]]] = {}
-        self._vocab_table: str | None = None
         self.fill_grams()
 
     def now(self) -> str:
@@ -420,6 +417,7 @@ class MemoryStore:
             return []
         tokens = [self._row_tokens(r) for r in rows]
         avg = sum(len(t.stems) for t in tokens) / len(tokens)
+        wanted = ranking.present(wanted, {s for t in tokens for s in t.stems})
         now = self.clock()
         scored = [
             ranking.Candidate(
@@ -491,47 +489,15 @@ class MemoryStore:
     def _near(
         self, word: str, stems: tuple[str, ...]
     ) -> list[tuple[list[tuple[str, tuple[str, ...]]], float]]:
-        """For a word no row holds and the lexicon does not know: index terms spelt nearly
-        like it ('persue' → pursu) or the two words it runs together ('roadtrip' → road
-        trip), as one FUZZY_WEIGHT group. Reads at most FUZZY_SCAN terms of the index's
-        vocabulary that share its first letter; [] if there is none or no vocabulary."""
+        """For a word no row holds and the lexicon does not know: the spellings one edit
+        away from its stem ('persue' → pursu), the stem it starts with ('educaton' → educ)
+        and the two words it may run together ('roadtrip' → road trip), as one FUZZY_WEIGHT
+        group (ranking.variants). Most of them are no word at all: candidates() keeps only
+        those its rows hold. The group is looked up like any other, in one bounded read."""
         if len(stems) != 1 or not stems[0].isascii() or not stems[0].isalpha():
             return []
-        stem = stems[0]
-        vocab = self._vocab()
-        if vocab is None:
-            return []
-        terms = [
-            str(t) for (t,) in self.conn.execute(
-                f"SELECT term FROM {vocab} WHERE term >= ? AND term < ? LIMIT ?",
-                (stem[0], chr(ord(stem[0]) + 1), FUZZY_SCAN))
-        ]
-        known = set(terms)
-        for a, b in ranking.splits(word) if len(word) >= 6 else []:
-            pair = tuple(self._tokens(f"{a} {b}", stem=True))
-            if len(pair) == 2 and pair[0] in known and self._in_vocab(vocab, pair[1]):
-                return [([(f"{a} {b}", pair)], ranking.FUZZY_WEIGHT)]
-        near = [t for t in terms if t not in ranking.STOPWORDS and ranking.close(stem, t)]
-        near.sort(key=lambda t: (ranking.edits(stem, t, 2), -len(t)))
-        kept: list[tuple[str, tuple[str, ...]]] = [(t, (t,)) for t in near[:FUZZY_KEEP]]
-        return [(kept, ranking.FUZZY_WEIGHT)] if kept else []
-
-    def _vocab(self) -> str | None:
-        """The name of a temp fts5vocab table over memory_fts (made once per connection),
-        or None if this SQLite cannot make one."""
-        if self._vocab_table is None:
-            try:
-                self.conn.execute(
-                    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.memory_vocab "
-                    "USING fts5vocab(main, memory_fts, row)")
-                self._vocab_table = "temp.memory_vocab"
-            except apsw.Error:
-                self._vocab_table = ""
-        return self._vocab_table or None
-
-    def _in_vocab(self, vocab: str, term: str) -> bool:
-        return self.conn.execute(
-            f"SELECT 1 FROM {vocab} WHERE term = ?", (term,)).fetchone() is not None
+        group = [(v, tuple(self._tokens(v, stem=True))) for v in ranking.variants(word, stems[0])]
+        return [(group, ranking.FUZZY_WEIGHT)] if group else []
 
     def _newest(self, match: str | None) -> list[int]:
         """Rowids of the newest PER_TERM rows matching an FTS5 expression."""
