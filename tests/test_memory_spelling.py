@@ -72,35 +72,33 @@ def test_splits_join_back_into_the_word(word: str) -> None:
         assert a + b == word and len(a) >= 3 and len(b) >= 3
 
 
-def test_a_misspelt_word_finds_the_row_spelt_right(store: MemoryStore) -> None:
-    """'recieved' is in no row: before, the question found only rows naming Joanna."""
-    store.add("fact", "Joanna", "Joanna received a letter from the studio about her script")
-    for thing in ("a dog", "to see Paris", "a bike", "tea"):
-        store.add("fact", "Joanna", f"Joanna wants {thing}")
-    top = store.search("What has Joanna recieved?", 5)
-    assert top[0].content.startswith("Joanna received")
+CASES = {
+    # 'recieved' is in no row: before, the question found only rows naming Joanna.
+    "misspelt": ("What has Joanna recieved?", "Joanna received a letter from the studio",
+                 "Joanna", ["Joanna wants a dog", "Joanna wants to see Paris", "Joanna wants tea"]),
+    "run together": ("When did Melanie go on a roadtrip?", "Melanie's family went on a road trip",
+                     "Melanie", ["Melanie went to the gym", "Melanie went to a museum",
+                                 "Melanie went to the beach", "Melanie went to school"]),
+    # 'What kind of writing': 'kind' is the question's frame; it matched 'kind words'.
+    "question frame": ("What kind of writing does Joanna do?",
+                       "Joanna is heavily invested in writing projects for the screen",
+                       "Joanna", ["Joanna appreciates Nate's kind words and encouragement"]),
+}
 
 
-def test_a_run_together_word_finds_its_two_words(store: MemoryStore) -> None:
-    store.add("fact", "Melanie", "Melanie's family went on a road trip to the canyon")
-    for place in ("the gym", "a museum", "the beach", "school"):
-        store.add("fact", "Melanie", f"Melanie went to {place}")
-    top = store.search("When did Melanie go on a roadtrip?", 5)
-    assert "road trip" in top[0].content
+@pytest.mark.parametrize("case", CASES)
+def test_the_row_meant_ranks_first(store: MemoryStore, case: str) -> None:
+    question, meant, subject, others = CASES[case]
+    store.add("fact", subject, meant)
+    for other in others:
+        store.add("fact", subject, other)
+    assert store.search(question, 5)[0].content == meant
 
 
 def test_a_word_some_row_holds_is_never_respelt(store: MemoryStore) -> None:
     store.add("fact", "Jon", "Jon sold his house")
     store.add("fact", "Jon", "Jon saw a horse")
     assert [r.content for r in store.search("house", 5)] == ["Jon sold his house"]
-
-
-def test_the_question_frame_does_not_match(store: MemoryStore) -> None:
-    """'What kind of writing': 'kind' is the question's frame; it matched 'kind words'."""
-    store.add("fact", "Joanna", "Joanna appreciates Nate's kind words and encouragement")
-    store.add("fact", "Joanna", "Joanna is heavily invested in writing projects for the screen")
-    top = store.search("What kind of writing does Joanna do?", 5)
-    assert top[0].content.startswith("Joanna is heavily invested in writing")
 
 
 def test_a_misspelt_word_costs_one_bounded_index_read(store: MemoryStore) -> None:
