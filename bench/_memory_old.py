@@ -41,6 +41,9 @@ def connect(path: Path) -> apsw.Connection:
         for version, _name, sql in db.migrations()[:OLD_SCHEMA]:
             conn.execute(sql)
             conn.execute(f"PRAGMA user_version = {version}")
+        # Today's MemoryStore writes a `grams` column (migration 0012); the old triggers
+        # never index it, so the old ranking reads exactly what it did.
+        conn.execute("ALTER TABLE memory ADD COLUMN grams TEXT")
     return conn
 
 
