@@ -344,6 +344,17 @@ def test_stdio_run_stops_on_sigterm_with_stdin_open(
     assert "gantry stopped" in run.stderr
 
 
+def _telegram_run(start: Any, fake_openai: Any, tg_url: str, data: Path) -> Running:
+    """`gantry run` on Telegram (user 7) against the fake Bot API at `tg_url`, receiving."""
+    run: Running = start(
+        _run_env(fake_openai.base_url, CHANNEL="telegram", TELEGRAM_BOT_TOKEN="123456:smoke",
+                 TELEGRAM_ALLOWED_USERS="7", TELEGRAM_API_URL=tg_url),
+        data=data,
+    )
+    run.wait_stderr('"receiving"')
+    return run
+
+
 def test_telegram_run_is_healthy_and_stops_cleanly_on_sigterm(
     sandbox: Sandbox, start: Any, fake_openai: Any
 ) -> None:
@@ -355,12 +366,7 @@ def test_telegram_run_is_healthy_and_stops_cleanly_on_sigterm(
     tg_url = tg.start_in_thread()
     try:
         data = sandbox.new_data_dir("data-telegram")
-        run = start(
-            _run_env(fake_openai.base_url, CHANNEL="telegram", TELEGRAM_BOT_TOKEN="123456:smoke",
-                     TELEGRAM_ALLOWED_USERS="7", TELEGRAM_API_URL=tg_url),
-            data=data,
-        )
-        run.wait_stderr('"receiving"')
+        run = _telegram_run(start, fake_openai, tg_url, data)
         tg.push_text(user_id=7, text="hello from telegram")
         sent = tg.wait_sent_sync(chat_id=7, timeout=WAIT)
         assert "echo: hello from telegram" in sent
@@ -402,13 +408,7 @@ def test_telegram_run_hands_back_its_import_pages_and_still_imports(
     tg = FakeTelegram()
     tg_url = tg.start_in_thread()
     try:
-        data = sandbox.new_data_dir("data-pages")
-        run = start(
-            _run_env(fake_openai.base_url, CHANNEL="telegram", TELEGRAM_BOT_TOKEN="123456:pages",
-                     TELEGRAM_ALLOWED_USERS="7", TELEGRAM_API_URL=tg_url),
-            data=data,
-        )
-        run.wait_stderr('"receiving"')
+        run = _telegram_run(start, fake_openai, tg_url, sandbox.new_data_dir("data-pages"))
         tg.push_text(user_id=7, text="first")
         assert "echo: first" in tg.wait_sent_sync(chat_id=7, timeout=WAIT)
         deadline = time.monotonic() + 30
