@@ -255,6 +255,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  ratio gantry/nanobot: ready {g[0] / n[0]:.2f}x, idle RSS {g[1] / n[1]:.2f}x")
         print(f"  goals (issue 14): ready <= 1.0 s: {'ok' if g[0] <= 1.0 else 'MISSED'}; "
               f"idle <= 100 MiB: {'ok' if g[1] <= 100 else 'MISSED'}")
+        ready, idle = g[0] / n[0], g[1] / n[1]
+        print(f"  goals (issue 44): ready <= 0.35x nanobot's: "
+              f"{'ok' if ready <= 0.35 else 'MISSED'}; idle RSS <= 0.6x: "
+              f"{'ok' if idle <= 0.6 else 'MISSED'}")
     for note in dict.fromkeys(invalid):
         print(f"  invalid nanobot runs: {note}")
     return 0

@@ -6,7 +6,7 @@ level, though it uses each method only inside the `async def` that sends it and 
 only in (string) annotations. Creating a pydantic model class costs ~2.4 ms even when its
 building is deferred (gantry.channel.telegram.lazy_aiogram), so creating them all is most of the
 binary's Telegram start-up, while gantry's channel sends eight methods and, before its first
-getUpdates, reads one type (User) (issue 14). build/build.py writes these three replacements
+getUpdates, reads one type (User) (issue 14). build/build.py writes these replacements
 into a Nuitka package configuration (`module_code`: the whole module replaced; site-packages
 is never edited):
 
@@ -23,6 +23,13 @@ is never edited):
   annotations, strings under `from __future__ import annotations`, so none is moved). A name
   used at def or class time (a default, a decorator, a class attribute) fails the build
   rather than ship a module that breaks.
+
+* `aiogram.types.base` and `aiogram.dispatcher.event.bases`: the installed files without
+  `from unittest.mock import sentinel`, which they import for a few named marker objects
+  (`sentinel.UNSET`, ...) and which brings unittest, difflib and pprint into every Telegram
+  process (~1 MiB, issue 44). Each `sentinel.NAME` becomes a module-level marker of the same
+  repr (`sentinel.NAME`), one object per name and module, as stock's are per name; any other
+  use of `sentinel` fails the build.
 
 Nuitka cannot see an import by computed name, so the configuration also declares every
 method and type module an implicit import of its package: all stay in the binary, as
@@ -52,6 +59,19 @@ REBUILD_LOOP = """for _entity_name in __all__:
 NAMESPACE = "_types_namespace"
 ALL_ENTRY = "{name: globals()[name] for name in __all__}"
 LOOP_NAMES = {"_entity", "_entity_name", NAMESPACE}
+SENTINEL_MODULES = ("aiogram.types.base", "aiogram.dispatcher.event.bases")
+# What each marker is in the rewritten modules: as unittest.mock's, a named object whose repr
+# says its name.
+_MARKER = '''class _Marker:
+    """A named marker object, in place of unittest.mock.sentinel's (build/aiogram_lean.py)."""
+    __slots__ = ('name',)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return 'sentinel.' + self.name
+'''
 # The packages whose names client/bot.py imports at module level and the rewrite moves.
 LAZY_PACKAGES = ("methods", "types")
 
@@ -306,9 +326,48 @@ def bot_source(path: Path | None = None, packages: tuple[str, ...] = LAZY_PACKAG
     return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
 
+def sentinel_source(module: str, path: Path | None = None) -> str:
+    """The installed `module` with `from unittest.mock import sentinel` gone and each
+    `sentinel.NAME` read from a module-level marker `_SENTINEL_NAME`."""
+    path = path or installed(module)
+    tree = ast.parse(path.read_text())
+    imports = [n for n in tree.body
+               if isinstance(n, ast.ImportFrom) and n.module == "unittest.mock"]
+    if (len(imports) != 1 or [(a.name, a.asname) for a in imports[0].names] != [("sentinel", None)]
+            or any(isinstance(n, (ast.Import, ast.ImportFrom)) and n not in imports
+                   and "unittest" in ast.unparse(n) for n in ast.walk(tree))):
+        raise LeanError(f"{path}: not exactly one `from unittest.mock import sentinel`")
+    taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+        n.name for n in ast.walk(tree) if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    if "_Marker" in taken or any(t.startswith("_SENTINEL_") for t in taken):
+        raise LeanError(f"{path}: already defines _Marker or a _SENTINEL_ name")
+    names: list[str] = []
+
+    class Markers(ast.NodeTransformer):
+        def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+            if isinstance(node.value, ast.Name) and node.value.id == "sentinel":
+                if not isinstance(node.ctx, ast.Load):
+                    raise LeanError(f"{path}:{node.lineno}: sentinel.{node.attr} assigned")
+                if node.attr not in names:
+                    names.append(node.attr)
+                return ast.copy_location(ast.Name(f"_SENTINEL_{node.attr}", ast.Load()), node)
+            return self.generic_visit(node)
+
+    tree = Markers().visit(tree)
+    left = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == "sentinel"]
+    if left or not names:
+        line = left[0].lineno if left else imports[0].lineno
+        raise LeanError(f"{path}:{line}: `sentinel` used other than as sentinel.NAME")
+    at = tree.body.index(imports[0])
+    markers = ast.parse(_MARKER + "".join(f"_SENTINEL_{n} = _Marker({n!r})\n" for n in names))
+    tree.body[at:at + 1] = markers.body
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+
+
 def sources() -> dict[str, str]:
     """Module name -> replacement source, for the installed aiogram."""
-    return {METHODS: methods_source(), TYPES: types_source(), BOT: bot_source()}
+    return {METHODS: methods_source(), TYPES: types_source(), BOT: bot_source(),
+            **{module: sentinel_source(module) for module in SENTINEL_MODULES}}
 
 
 def module_path(module: str, root: Path) -> Path:
@@ -324,7 +383,9 @@ def package_config() -> str:
     codes = sources()
     why = {METHODS: "create aiogram method classes on first use",
            TYPES: "create aiogram type classes on first use, without the rebuild loop",
-           BOT: "import aiogram method and type classes where they are used"}
+           BOT: "import aiogram method and type classes where they are used",
+           **{module: "named markers without importing unittest.mock"
+              for module in SENTINEL_MODULES}}
     return _package_config("aiogram_lean.py", codes, why,
                            {METHODS: sorted({METHODS + mod for mod, _name in methods.values()}),
                             TYPES: sorted({TYPES + mod for mod, _name in types.values()})})
@@ -341,6 +402,7 @@ def write_lean_copy(root: Path, types: bool = True) -> Path:
     shutil.copytree(source, root / "aiogram", ignore=shutil.ignore_patterns("__pycache__"))
     codes = sources() if types else {METHODS: methods_source(),
                                      BOT: bot_source(packages=("methods",))}
+    codes.update({module: sentinel_source(module) for module in SENTINEL_MODULES})
     for module, code in codes.items():
         module_path(module, root).write_text(code)
     return root

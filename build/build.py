@@ -195,6 +195,9 @@ def nuitka_command(
         "--noinclude-pytest-mode=nofollow",
         "--noinclude-setuptools-mode=nofollow",
         "--noinclude-IPython-mode=nofollow",
+        # Docstrings out of every module's bytecode (issue 44: 3.7 MB of payload, and their
+        # strings on the heap of every process): nothing gantry runs reads one (asserts stay).
+        "--python-flag=no_docstrings",
         "--lto=no",
         f"--jobs={jobs}",
         f"--output-dir={out_dir}",

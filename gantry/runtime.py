@@ -228,6 +228,7 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
     from gantry.model import fallback
     from gantry.model.ledger import start as start_ledger
     from gantry.model.usage_view import plug as plug_usage
+    from gantry.pages import keep_released
     from gantry.session import SessionStore
     from gantry.tls import TLSConfigError, ca_context
     from gantry.tools import Registry, offered
@@ -329,6 +330,7 @@ async def _serve(cfg: Config, conn: Any, environ: Mapping[str, str] | None) -> N
             if mcp_host is not None:
                 await start_mcp(mcp_host, tg)
             tg.start_soon(_heartbeat, conn)
+            tg.start_soon(keep_released)  # the binary's import pages, once imports settle
             tg.start_soon(agent.run_folds)
             await _memory(cfg, conn, tg, agent, provider, persona, mcp_host)  # after MCP
             plug_usage(agent, conn)  # /usage, and today's line last in /status

@@ -145,7 +145,7 @@ def test_telegram_channel_runs_on_lean_aiogram_and_creates_few_methods(
         "def _report():\n"
         "    import aiogram, gantry.channel.telegram.lazy_aiogram as lazy\n"
         f"    open({str(report)!r}, 'w').write(json.dumps({{'state': lazy.state,\n"
-        "        'file': aiogram.__file__,\n"
+        "        'file': aiogram.__file__, 'unittest': 'unittest' in sys.modules,\n"
         "        'methods': sorted(n for n in sys.modules if n.startswith('aiogram.methods.'))}))\n"
         "atexit.register(_report)\n"
         "from gantry.cli import main\n"
@@ -187,6 +187,7 @@ def test_telegram_channel_runs_on_lean_aiogram_and_creates_few_methods(
     seen = json.loads(report.read_text())
     assert seen["state"] == "lazy"
     assert seen["file"].startswith(str(lean))
+    assert seen["unittest"] is False  # aiogram's markers without unittest.mock (issue 44)
     methods = {m.removeprefix("aiogram.methods.") for m in seen["methods"]}
     assert methods >= CHANNEL_METHODS, sorted(CHANNEL_METHODS - methods)
     assert "answer_inline_query" not in methods and "send_photo" not in methods
@@ -194,6 +195,32 @@ def test_telegram_channel_runs_on_lean_aiogram_and_creates_few_methods(
 
 
 # ------------------------------------------------------------------ what the rewrite refuses
+
+
+def test_markers_replace_unittest_sentinels_one_per_name(tmp_path: Path) -> None:
+    path = tmp_path / "base.py"
+    path.write_text("from unittest.mock import sentinel\nA = sentinel.UNSET\n"
+                    "B = sentinel.UNSET\nC = sentinel.OTHER\n")
+    ns: dict[str, object] = {}
+    exec(aiogram_lean.sentinel_source("m", path), ns)
+    assert ns["A"] is ns["B"] and ns["A"] is not ns["C"]
+    assert repr(ns["A"]) == "sentinel.UNSET" and type(ns["A"]) is type(ns["C"])
+
+
+@pytest.mark.parametrize("body", [
+    "from unittest.mock import sentinel\nX = sentinel\n",  # the namespace itself
+    "from unittest.mock import sentinel as s\nX = s.A\n",  # another name
+    "from unittest.mock import sentinel, Mock\nX = sentinel.A\n",
+    "from unittest.mock import sentinel\nimport unittest\nX = sentinel.A\n",
+    "from unittest.mock import sentinel\nsentinel.A = 1\n",
+    "from unittest.mock import sentinel\n_Marker = 1\nX = sentinel.A\n",
+    "X = 1\n",  # no such import at all
+])
+def test_markers_refuse_other_uses_of_sentinel(tmp_path: Path, body: str) -> None:
+    path = tmp_path / "base.py"
+    path.write_text(body)
+    with pytest.raises(aiogram_lean.LeanError):
+        aiogram_lean.sentinel_source("m", path)
 
 
 def _bot(tmp_path: Path, body: str) -> Path:
@@ -344,7 +371,8 @@ def test_types_map_refuses_an_init_without_the_loop(tmp_path: Path) -> None:
 def test_package_config_is_yaml_nuitka_reads() -> None:
     config = yaml.safe_load(aiogram_lean.package_config())
     assert [c["module-name"] for c in config] == ["aiogram.methods", "aiogram.types",
-                                                  "aiogram.client.bot"]
+                                                  "aiogram.client.bot",
+                                                  *aiogram_lean.SENTINEL_MODULES]
     for entry in config:
         (rule,) = entry["anti-bloat"]
         compile(rule["module_code"], entry["module-name"], "exec")
