@@ -92,7 +92,7 @@ async def _heartbeat(conn: Any) -> None:
 
     while True:
         try:
-            heartbeat.touch(conn, __version__)
+            heartbeat.touch(conn, __version__, tasks=heartbeat.live_tasks())
             sdnotify.notify("WATCHDOG=1")
         except Exception as exc:
             from gantry.store.space import db_dir, full_message, is_full
