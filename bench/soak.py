@@ -82,7 +82,7 @@ def read_db(db: Path) -> tuple[int | None, dict[str, int]]:
     try:
         row = conn.execute("SELECT tasks FROM heartbeat WHERE id = 1").fetchone()
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        rows = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # noqa: S608
+        rows = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
                 for t in TABLES if t in names}
     finally:
         conn.close()

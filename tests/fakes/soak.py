@@ -12,6 +12,7 @@ as each turn's tag says; a turn has ended when its reply's final text, which end
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -240,20 +241,16 @@ def own_pids(pid: int) -> list[int]:
 def count_fds(pids: list[int]) -> int:
     total = 0
     for p in pids:
-        try:
+        with contextlib.suppress(OSError):
             total += len(os.listdir(f"/proc/{p}/fd"))
-        except OSError:
-            pass
     return total
 
 
 def count_threads(pids: list[int]) -> int:
     total = 0
     for p in pids:
-        try:
+        with contextlib.suppress(OSError):
             total += len(os.listdir(f"/proc/{p}/task"))
-        except OSError:
-            pass
     return total
 
 
