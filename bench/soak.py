@@ -132,7 +132,7 @@ def growth(first: Sample, last: Sample) -> str:
 
 
 @contextmanager
-def running(cmd: list[str], d: Path) -> Iterator[Soak]:
+def running(cmd: list[str], d: Path, extra_env: dict[str, str] | None = None) -> Iterator[Soak]:
     """gantry on this host, its two MCP servers and the fakes; stopped with SIGTERM."""
     with fakes() as f, everything_http("streamableHttp") as every:
         data, persona, manifest = d / "data", d / "persona", d / "mcp.toml"
@@ -141,7 +141,7 @@ def running(cmd: list[str], d: Path) -> Iterator[Soak]:
         manifest.write_text(toml_server("time", [time_command()])
                             + toml_remote("every", every.url))
         env = {**f.env(), "PATH": os.environ["PATH"], "HOME": str(d), "DATA_DIR": str(data),
-               "PERSONA_DIR": str(persona), "MCP_MANIFEST": str(manifest)}
+               "PERSONA_DIR": str(persona), "MCP_MANIFEST": str(manifest), **(extra_env or {})}
         log = d / "gantry.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out,
@@ -161,10 +161,10 @@ def running(cmd: list[str], d: Path) -> Iterator[Soak]:
                 proc.wait()
 
 
-def soak(cmd: list[str], turns: int, every: int,
-         show: Callable[[str], None] = print) -> list[Sample]:
+def soak(cmd: list[str], turns: int, every: int, show: Callable[[str], None] = print,
+         extra_env: dict[str, str] | None = None) -> list[Sample]:
     samples: list[Sample] = []
-    with tempfile.TemporaryDirectory() as tmp, running(cmd, Path(tmp)) as run:
+    with tempfile.TemporaryDirectory() as tmp, running(cmd, Path(tmp), extra_env) as run:
         show(HEAD)
 
         def row(n: int, lat: list[float], floor: list[float]) -> None:
@@ -188,6 +188,7 @@ def main() -> None:
     ap.add_argument("--binary", type=Path, default=ROOT / "dist" / "gantry")
     ap.add_argument("--source", action="store_true", help="run `python -m gantry run` instead")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop gantry and the servers too
     if args.source or not args.binary.exists():
         cmd, what = [sys.executable, "-m", "gantry", "run"], "source"
     else:
