@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.binary.rootfs import INSTALL_PATH, Sandbox
-from tests.fakes.mcp_remote import HttpServer, everything_http, toml_remote
+from tests.fakes.mcp_remote import HttpServer, toml_remote
 from tests.fakes.mcp_servers import live_children, static_fixture, toml_server
 from tests.fakes.openai import Call
 from tests.fakes.soak import Model, Soak, count_fds, count_threads, fakes, own_pids
@@ -28,14 +27,6 @@ TURNS = 1_000
 WARM = 200  # turns before the baseline: pools, caches and lazy imports have filled in
 FD_SLACK = 3  # a connection being opened or closed at the moment of sampling
 THREAD_SLACK = 1
-
-
-@pytest.fixture(scope="module")
-def every() -> Iterator[HttpServer]:
-    if shutil.which("node") is None:
-        pytest.skip("node not found: the remote server is npm server-everything")
-    with everything_http("streamableHttp") as srv:
-        yield srv
 
 
 def _counts(run: Soak) -> tuple[int, int, int]:

@@ -239,18 +239,19 @@ def own_pids(pid: int) -> list[int]:
 
 
 def count_fds(pids: list[int]) -> int:
-    total = 0
-    for p in pids:
-        with contextlib.suppress(OSError):
-            total += len(os.listdir(f"/proc/{p}/fd"))
-    return total
+    return _entries(pids, "fd")
 
 
 def count_threads(pids: list[int]) -> int:
+    return _entries(pids, "task")
+
+
+def _entries(pids: list[int], folder: str) -> int:
+    """Entries of /proc/<pid>/<folder> summed over `pids` (gone processes count 0)."""
     total = 0
     for p in pids:
         with contextlib.suppress(OSError):
-            total += len(os.listdir(f"/proc/{p}/task"))
+            total += len(os.listdir(f"/proc/{p}/{folder}"))
     return total
 
 
