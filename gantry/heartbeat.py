@@ -18,14 +18,26 @@ DEFAULT_MAX_AGE = 60.0
 STOPPED_PID = 0
 
 
-def touch(conn: object, version: str, now: float | None = None) -> None:
-    """Upsert the singleton row with the current time, version and pid."""
+def touch(conn: object, version: str, now: float | None = None,
+          tasks: int | None = None) -> None:
+    """Upsert the singleton row with the current time, version, pid and live task count."""
     conn.execute(  # type: ignore[attr-defined]
-        "INSERT INTO heartbeat (id, ts, version, pid) VALUES (1, ?, ?, ?) "
+        "INSERT INTO heartbeat (id, ts, version, pid, tasks) VALUES (1, ?, ?, ?, ?) "
         "ON CONFLICT (id) DO UPDATE SET ts = excluded.ts, version = excluded.version, "
-        "pid = excluded.pid",
-        (time.time() if now is None else now, version, os.getpid()),
+        "pid = excluded.pid, tasks = excluded.tasks",
+        (time.time() if now is None else now, version, os.getpid(), tasks),
     )
+
+
+def live_tasks() -> int | None:
+    """Tasks alive in the running event loop (anyio runs on asyncio): a leak of tasks shows
+    as a count that keeps growing; None outside a loop."""
+    import asyncio
+
+    try:
+        return len(asyncio.all_tasks())
+    except RuntimeError:
+        return None
 
 
 def mark_stopped(conn: object, now: float | None = None) -> bool:

@@ -100,6 +100,7 @@ class Outbox:
             (folder / ".mime").write_text(mime, encoding="utf-8")
             self._given(folder, CALLER.get())
             os.replace(tmp, target)  # last: a folder with its file is complete
+            tidy(self.root, self.keep_seconds, busy={folder})  # a week-long run prunes too
         except OSError as exc:
             log.warning("tool file not kept: could not write it",
                         extra={"error": f"{type(exc).__name__}: {exc}"})

@@ -88,11 +88,11 @@ def build_channel(
 
 
 async def _heartbeat(conn: Any) -> None:
-    from gantry import heartbeat, sdnotify
+    from gantry import heartbeat, memtrim, sdnotify
 
     while True:
         try:
-            heartbeat.touch(conn, __version__)
+            heartbeat.touch(conn, __version__, tasks=heartbeat.live_tasks())
             sdnotify.notify("WATCHDOG=1")
         except Exception as exc:
             from gantry.store.space import db_dir, full_message, is_full
@@ -102,6 +102,7 @@ async def _heartbeat(conn: Any) -> None:
             else:  # said once by the channel too; `gantry status` says unhealthy meanwhile
                 log.warning("heartbeat write failed", extra={"error": full_message(
                     db_dir(conn))})
+        memtrim.trim()  # the heap's free pages back to the kernel: a long run stays flat
         await anyio.sleep(heartbeat.INTERVAL)
 
 

@@ -82,6 +82,20 @@ def test_outbox_prunes_files_kept_longer_than_a_week(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "outbox").iterdir()] == [new]
 
 
+def test_outbox_prunes_old_files_while_running_not_only_at_start(tmp_path: Path) -> None:
+    """`gantry run` prunes at start; a process up for weeks prunes as it keeps new files."""
+    import os
+
+    box = Outbox(tmp_path / "outbox")
+    old = box.keep(base64.b64encode(PNG).decode(), "image/png", "")
+    assert old is not None
+    week_ago = (tmp_path / "outbox" / old).stat().st_mtime - 8 * 86400
+    os.utime(tmp_path / "outbox" / old, (week_ago, week_ago))
+    new = box.keep(base64.b64encode(b"%PDF-1.4").decode(), "application/pdf", "r.pdf")
+    assert new is not None and box.find(new) is not None
+    assert [p.name for p in (tmp_path / "outbox").iterdir()] == [new]
+
+
 def test_outbox_refuses_what_it_should_not_keep(tmp_path: Path) -> None:
     box = Outbox(tmp_path / "outbox", max_bytes=100)
     assert box.keep(base64.b64encode(b"x" * 200).decode(), "image/png", "") is None

@@ -302,3 +302,25 @@ def test_status_cli_says_stopped(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
     assert r.stdout.startswith("unhealthy: gantry stopped cleanly") and r.stdout.count("\n") == 1
+
+
+def test_the_heartbeat_row_counts_the_loops_tasks(tmp_path: Path) -> None:
+    """bench/soak.py reads the live task count from the row (no port, no log scraping)."""
+    import anyio
+
+    conn = db.connect(tmp_path / "gantry.db")
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(anyio.sleep, 5)
+            await anyio.sleep(0)
+            heartbeat.touch(conn, "9.9.9", tasks=heartbeat.live_tasks())
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    assert conn.execute("SELECT tasks FROM heartbeat").fetchone()[0] == 4  # main + 3
+    assert heartbeat.live_tasks() is None  # outside a loop
+    heartbeat.touch(conn, "9.9.9")
+    assert conn.execute("SELECT tasks FROM heartbeat").fetchone()[0] is None
+    conn.close()

@@ -549,3 +549,38 @@ def test_a_tool_call_shown_as_an_example_runs_nothing(
     assert "The user's cat is called Tama." in listed.stdout, listed
     assert not [r for r in g.logs() if "printed" in str(r.get("message"))], g.stderr
     g.assert_clean()
+
+
+def _rss_anon_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no RssAnon for {pid}")
+
+
+def test_a_heartbeat_gives_the_heap_freed_by_big_turns_back(
+    spawn: Callable[..., Gantry], fake: FakeOpenAI
+) -> None:
+    """Big requests leave free pages in the middle of the C heap that glibc keeps; each
+    heartbeat trims them (gantry.memtrim), so a long run's RSS does not creep (issue 44)."""
+    import sqlite3
+
+    g = spawn(LOG_LEVEL="warning")
+    g.ask("ping", "echo: ping")
+    for i in range(40):
+        g.send(f"t{i} " + "lorem ipsum dolor " * 2000)
+        g.expect(f"echo: t{i} ")
+        g.expect("\n")
+    db = sqlite3.connect(f"file:{g.data_dir / 'gantry.db'}?mode=ro", uri=True)
+    beat = db.execute("SELECT ts FROM heartbeat").fetchone()[0]
+    after_burst = _rss_anon_mib(g.proc.pid)
+    deadline = time.monotonic() + 40
+    while db.execute("SELECT ts FROM heartbeat").fetchone()[0] == beat:
+        assert time.monotonic() < deadline, "no heartbeat in 40 s"
+        time.sleep(0.2)
+    time.sleep(0.5)  # the trim follows the row's write
+    db.close()
+    after_beat = _rss_anon_mib(g.proc.pid)
+    assert after_beat < after_burst - 1.0, (after_burst, after_beat)
+    g.close_stdin()
+    assert g.wait_exit() == 0

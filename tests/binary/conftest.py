@@ -12,6 +12,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,3 +82,14 @@ def fake_openai() -> Iterator[object]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def every() -> Iterator[Any]:
+    """npm server-everything over Streamable HTTP on a loopback port (a remote MCP server)."""
+    from tests.fakes.mcp_remote import everything_http
+
+    if shutil.which("node") is None:
+        pytest.skip("node not found: the remote server is npm server-everything")
+    with everything_http("streamableHttp") as srv:
+        yield srv

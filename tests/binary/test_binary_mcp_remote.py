@@ -7,7 +7,6 @@ build/mcp_lean.py). The header secret never reaches stderr or stdout.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +22,6 @@ pytestmark = [pytest.mark.binary, pytest.mark.slow]
 KEY = "sk-binary-smoke"
 SECRET = "remote-binary-header-secret-0123"
 WAIT = 90.0
-
-
-@pytest.fixture(scope="module")
-def every() -> Iterator[HttpServer]:
-    if shutil.which("node") is None:
-        pytest.skip("node not found: the remote server is npm server-everything")
-    with everything_http("streamableHttp") as srv:
-        yield srv
 
 
 def _etc(tmp: Path, manifest: str) -> dict[str, Path]:

@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,7 @@ __all__ = [
     "RawSSE",
     "RecordedRequest",
     "Reply",
+    "Route",
     "Script",
     "SendAttachment",
     "SpeechRequest",
@@ -207,6 +208,15 @@ class SendAttachment:
     delay: float = 0.0
 
 
+@dataclass(frozen=True)
+class Route:
+    """A script chosen per request by `choose` (it sees the recorded request): a long mixed
+    run, where background calls (summaries, cron turns) arrive in no fixed order."""
+
+    choose: Callable[[RecordedRequest], Script]
+    delay: float = 0.0
+
+
 _ATTACHMENT_ID = re.compile(r"attachment ([0-9a-f]{12})")
 
 # What real endpoints answer a text-only model sent an image part (FakeOpenAI.no_vision).
@@ -263,7 +273,7 @@ def has_image(body: Any) -> bool:
 
 Script = (
     WhenOffered | Reply | Echo | ToolCalls | UseTool | HTTPError | CutStream | Malformed | RawSSE
-    | CutJSON | BadGzip | SendAttachment
+    | CutJSON | BadGzip | SendAttachment | Route
 )
 
 
@@ -482,6 +492,11 @@ class FakeOpenAI(LoopbackServer):
         user, password = self.basic_auth
         return f"{scheme}://{user}:{password}@{rest}"
 
+    def forget(self) -> None:
+        """Drop the recorded requests (a soak of thousands of turns keeps the fake flat)."""
+        del self.requests[:]
+        del self.reported[:]
+
     @property
     def last_request(self) -> RecordedRequest:
         if not self.requests:
@@ -577,6 +592,8 @@ class FakeOpenAI(LoopbackServer):
             status, refusal = NO_VISION[self.no_vision]
             return web.Response(status=status, text=json.dumps(refusal), content_type=_JSON)
         script = self._next()
+        if isinstance(script, Route):
+            script = script.choose(recorded)
         if script.delay:
             await asyncio.sleep(script.delay)
         stream_options = body.get("stream_options") or {}

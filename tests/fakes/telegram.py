@@ -249,6 +249,8 @@ class FakeTelegram(FileServing, LoopbackServer):
         self._open_queries: set[str] = set()
         self._query_ids = itertools.count(1)
         self.reactions: dict[tuple[str, int], list[list[str]]] = {}  # message → each one set
+        self.on_text: Callable[[str], None] | None = None
+        """Called with each text sent or edited in (a soak's turns end without polling)."""
 
     # ------------------------------------------------------------------ scripting
 
@@ -344,6 +346,17 @@ class FakeTelegram(FileServing, LoopbackServer):
     def current_texts(self, chat_id: int | str | None = None) -> list[str]:
         """Texts of the bot's messages as they read now, after editMessageText."""
         return [m.text for m in self.sent(chat_id)]
+
+    def forget(self) -> None:
+        """Drop the record of calls, sent messages, uploads and files served (a soak of
+        thousands of turns keeps the fake flat); pending updates and ids are kept."""
+        with self._lock:
+            self._calls.clear()
+            self._sent.clear()
+            self._messages.clear()
+            self._uploads.clear()
+            self.files.clear()
+            self.downloads.clear()
 
     @property
     def pending_updates(self) -> int:
@@ -624,6 +637,8 @@ class FakeTelegram(FileServing, LoopbackServer):
         with self._lock:
             self._sent.append(msg)
             self._messages[(str(chat_id), msg.message_id)] = msg
+        if self.on_text is not None:
+            self.on_text(text)
         return self._message_result(msg)
 
     async def _edit_message_text(self, params: dict[str, Any]) -> Any:
@@ -638,6 +653,8 @@ class FakeTelegram(FileServing, LoopbackServer):
         with self._lock:
             msg.text, msg.entities = text, entities
             msg.history.append(text)
+        if self.on_text is not None:
+            self.on_text(text)
         return self._message_result(msg, edit_date=int(time.time()))
 
     # ------------------------------------------------------------------ media out
