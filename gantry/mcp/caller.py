@@ -147,9 +147,6 @@ class Caller:
         to timeout_seconds from then, but never past call_cap(). A request that provably
         never reached the server (remote.py) is sent once more, on the next session; if
         there is none, or it did not arrive again, NotSent says so."""
-        from mcp.shared.exceptions import MCPError
-        from mcp_types import REQUEST_TIMEOUT
-
         timeout = self.spec.timeout_seconds
         if self.supervisor.catalog.as_task(tool):
             return await self.tasks.call(session, tool, args, self.asking, timeout,
@@ -189,6 +186,9 @@ class Caller:
             raise Broken(era.GONE)
         if ticket.undelivered:  # (also when the deadline ran out while it waited to be sent)
             raise NotSent
+        from mcp.shared.exceptions import MCPError  # here, not on the path of every call
+        from mcp_types import REQUEST_TIMEOUT
+
         why = (ASKED if deadline.questions else CAPPED) if deadline.capped else "timed out"
         raise MCPError(code=REQUEST_TIMEOUT, message=why)
 

@@ -6,8 +6,7 @@ it (child.py, remote.py); supervise.py's open_link picks one.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol
@@ -46,14 +45,24 @@ class Ticket:
 TICKET: ContextVar[Ticket | None] = ContextVar("gantry_mcp_ticket", default=None)
 
 
-@contextmanager
-def delivery() -> Iterator[Ticket]:
+class _Delivery:
+    """delivery()'s context manager, a class: it is entered on every tools/call."""
+
+    __slots__ = ("_token", "ticket")
+
+    def __init__(self) -> None:
+        self.ticket = Ticket()
+
+    def __enter__(self) -> Ticket:
+        self._token = TICKET.set(self.ticket)
+        return self.ticket
+
+    def __exit__(self, *exc: object) -> None:
+        TICKET.reset(self._token)
+
+
+def delivery() -> AbstractContextManager[Ticket]:
     """A Ticket for the request sent in this block. The SDK's HTTP transports send each
     message in its sender's context, which is how the HTTP client below finds it; a child's
     tickets stay blank (a line written to its stdin may always have been read)."""
-    ticket = Ticket()
-    token = TICKET.set(ticket)
-    try:
-        yield ticket
-    finally:
-        TICKET.reset(token)
+    return _Delivery()

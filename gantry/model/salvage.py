@@ -304,6 +304,11 @@ def parse_arguments(raw: str) -> tuple[dict[str, Any] | None, str]:
     """(arguments, "") or (None, an error for the model). Repairs what is unambiguous: a
     fenced block, text after one complete object, single quotes and Python literals, a JSON
     string that holds the object. Anything else is refused quoting the parse error."""
+    if raw[:1] == "{":  # the usual case, one plain object: what the full path's loads gives
+        with contextlib.suppress(json.JSONDecodeError):
+            value = json.loads(raw)
+            if isinstance(value, dict):
+                return value, ""
     text = _fenced(raw).strip()
     if not text:
         return {}, ""
