@@ -151,8 +151,8 @@ class Caller:
         if self.supervisor.catalog.as_task(tool):
             return await self.tasks.call(session, tool, args, self.asking, timeout,
                                          call_cap(timeout))
-        with anyio.CancelScope() as scope:
-            deadline = Deadline(scope, timeout, call_cap(timeout), MAX_CALL_SECONDS)
+        deadline = Deadline(timeout, call_cap(timeout), MAX_CALL_SECONDS)
+        with deadline.scope:
 
             async def progress(done: float, total: float | None, message: str | None) -> None:
                 deadline.alive()
