@@ -86,6 +86,7 @@ class Caller:
         self.readable: Callable[[], bool] = lambda: False
         self.stats: dict[str, ToolStats] = {}
         self.tasks = Tasks(self.name)  # calls made as tasks; its book is set at boot
+        self.cap = call_cap(self.spec.timeout_seconds)  # the spec is fixed: computed once
 
     async def call(
         self, tool: str, args: dict[str, Any], *, validator: ArgsValidator | None = None
@@ -137,9 +138,11 @@ class Caller:
         sup.breaker.success()
         error = bool(getattr(result, "is_error", False))
         stats.record(time.monotonic() - started, error=error)
-        reader = self.name if self.readable() else ""
-        text = convert.result_text(result.content, result.structured_content, error, self.keep,
-                                   reader)
+        text = convert.plain_text(result.content)  # one text block: no walk, no reader
+        if text is None:
+            reader = self.name if self.readable() else ""
+            text = convert.result_text(result.content, result.structured_content, error,
+                                       self.keep, reader)
         return CallResult(text, error=error, structured=result.structured_content)
 
     async def _send_call(self, session: Any, tool: str, args: dict[str, Any]) -> Any:
@@ -148,10 +151,10 @@ class Caller:
         never reached the server (remote.py) is sent once more, on the next session; if
         there is none, or it did not arrive again, NotSent says so."""
         timeout = self.spec.timeout_seconds
-        if self.supervisor.catalog.as_task(tool):
-            return await self.tasks.call(session, tool, args, self.asking, timeout,
-                                         call_cap(timeout))
-        deadline = Deadline(timeout, call_cap(timeout), MAX_CALL_SECONDS)
+        catalog = self.supervisor.catalog
+        if (catalog.runs_tasks or catalog.every_call_a_task) and catalog.as_task(tool):
+            return await self.tasks.call(session, tool, args, self.asking, timeout, self.cap)
+        deadline = Deadline(timeout, self.cap, MAX_CALL_SECONDS)
         with deadline.scope:
 
             async def progress(done: float, total: float | None, message: str | None) -> None:
