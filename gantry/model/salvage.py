@@ -306,8 +306,8 @@ def parse_arguments(raw: str) -> tuple[dict[str, Any] | None, str]:
     """(arguments, "") or (None, an error for the model). Repairs what is unambiguous: a
     fenced block, text after one complete object, single quotes and Python literals, a JSON
     string that holds the object. Anything else is refused quoting the parse error."""
-    if raw[:1] == "{" and isinstance(value := _plain_object(raw), dict):
-        return value, ""
+    if raw[:1] == "{" and isinstance(plain := _plain_object(raw), dict):
+        return plain, ""
     text = _fenced(raw).strip()
     if not text:
         return {}, ""
