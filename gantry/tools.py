@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import msgspec
 
 from gantry.model.messages import FunctionDef, ToolDef
+from gantry.model.salvage import canonical, parse_arguments, resolve_name
 from gantry.session import est_tokens
 
 log = logging.getLogger("gantry.tools")
@@ -166,16 +167,12 @@ class Registry:
     def resolve(self, name: str) -> str | None:
         """The registered name `name` means: itself, or the one tool it equals with `-` and
         `_` swapped (a server prefix misspelt by a small model); None if none or several."""
-        from gantry.model.salvage import resolve_name
-
         return resolve_name(name, self._tools)
 
     def closest(self, name: str, *, shared: bool = False, count: int = 3) -> list[str]:
         """The registered names nearest to a name that is none of them, best first: compared
         with case and `-`/`_` runs folded, so `time_get_current_time` finds
         `time__get_current_time`."""
-        from gantry.model.salvage import canonical
-
         names = [n for n in self.names() if not (shared and self._tools[n].private)]
         folded: dict[str, str] = {}
         for n in names:
@@ -187,9 +184,9 @@ class Registry:
         """Run one call; every failure becomes an error result the model can read. In a
         `shared` turn a private tool is refused, not run: hiding it is not enough, since a
         model can call a tool it was not offered."""
-        from gantry.model.salvage import parse_arguments
-
-        tool = self._tools.get(self.resolve(name) or name)
+        tool = self._tools.get(name)  # the usual case: the exact name, without resolving
+        if tool is None:
+            tool = self._tools.get(self.resolve(name) or name)
         if tool is None:
             offered = [n for n in self.names() if not (shared and self._tools[n].private)]
             known = ", ".join(offered[:20]) or "none"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mcp_types import JSONRPCNotification, JSONRPCResponse
 
 from gantry.mcp.wire import decode, lone_surrogate, top_level_id
@@ -79,3 +81,27 @@ def test_lone_surrogate_names_where_it_is() -> None:
     assert lone_surrogate({"a": [1, {"b": "x\udfff"}]}) == "a.1.b"
     assert lone_surrogate({"k\udc00": 1}) == "the key 'k\\udc00'"
     assert lone_surrogate({"a": {"k\udc00": 1}}) == "a.'k\\udc00'"
+
+
+def _surrogate_anywhere(value: object) -> bool:
+    if isinstance(value, str):
+        return any(0xD800 <= ord(c) <= 0xDFFF for c in value)
+    if isinstance(value, dict):
+        return any(_surrogate_anywhere(k) or _surrogate_anywhere(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_surrogate_anywhere(v) for v in value)
+    return False
+
+
+TEXT = st.text(st.characters(codec=None, blacklist_categories=()), max_size=6) | st.sampled_from(
+    ["plain", "caf\u00e9", "\ud83d", "x\udfff", "\U0001f600"])
+NESTED = st.recursive(st.none() | st.integers() | st.booleans() | TEXT,
+                      lambda inner: st.lists(inner, max_size=3)
+                      | st.dictionaries(TEXT | st.integers(), inner, max_size=3), max_leaves=10)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(TEXT, NESTED, max_size=4))
+def test_lone_surrogate_finds_one_wherever_it_is(args: dict[object, object]) -> None:
+    """The ASCII fast path answers None exactly when no key or string holds a surrogate."""
+    assert (lone_surrogate(args) is not None) == _surrogate_anywhere(args)

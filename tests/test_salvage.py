@@ -8,12 +8,14 @@ import json
 import logging
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from gantry.agent import CAP_NOTE, NO_ANSWER, NUDGE, Agent
+from gantry.model import salvage
 from gantry.model.assemble import Completion
 from gantry.model.gate import StreamGate
 from gantry.model.salvage import (
@@ -282,6 +284,30 @@ def test_any_object_survives_the_usual_damage(args: dict[str, Any], junk: str) -
     text = json.dumps(args)
     assert parse_arguments(text + junk) == (args, "")
     assert parse_arguments(json.dumps(text)) == (args, "")
+
+
+ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                 max_size=3),
+    max_leaves=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.text(max_size=5), ANY_JSON, max_size=4), st.booleans(),
+       st.sampled_from(["", " ", "\n", "}", " x"]))
+def test_the_fast_path_reads_objects_as_json_does(
+    args: dict[str, Any], ascii_only: bool, tail: str
+) -> None:
+    """msgspec's decode (the fast path) gives what json.loads gives, or declines: NaN and
+    infinities, lone surrogates, trailing junk all go the json way, with the same result."""
+    text = json.dumps(args, ensure_ascii=ascii_only) + tail
+    fast = salvage._plain_object(text)
+    if fast is not None:
+        assert repr(fast) == repr(json.loads(text))
+    with patch.object(salvage, "_plain_object", lambda raw: None):  # the json way only
+        slow = parse_arguments(text)
+    assert repr(parse_arguments(text)) == repr(slow)
 
 
 SIMPLE = st.dictionaries(

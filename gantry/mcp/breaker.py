@@ -41,6 +41,8 @@ class Breaker:
 
     def allow(self) -> bool:
         """May a call (or restart) go ahead now? In half-open, only one probe at a time."""
+        if self.opened_at is None:  # closed: the usual answer, without reading the clock
+            return True
         state = self.state
         if state == "closed":
             return True

@@ -86,6 +86,7 @@ class Caller:
         self.readable: Callable[[], bool] = lambda: False
         self.stats: dict[str, ToolStats] = {}
         self.tasks = Tasks(self.name)  # calls made as tasks; its book is set at boot
+        self.cap = call_cap(self.spec.timeout_seconds)  # the spec is fixed: computed once
 
     async def call(
         self, tool: str, args: dict[str, Any], *, validator: ArgsValidator | None = None
@@ -137,9 +138,11 @@ class Caller:
         sup.breaker.success()
         error = bool(getattr(result, "is_error", False))
         stats.record(time.monotonic() - started, error=error)
-        reader = self.name if self.readable() else ""
-        text = convert.result_text(result.content, result.structured_content, error, self.keep,
-                                   reader)
+        text = convert.plain_text(result.content)  # one text block: no walk, no reader
+        if text is None:
+            reader = self.name if self.readable() else ""
+            text = convert.result_text(result.content, result.structured_content, error,
+                                       self.keep, reader)
         return CallResult(text, error=error, structured=result.structured_content)
 
     async def _send_call(self, session: Any, tool: str, args: dict[str, Any]) -> Any:
@@ -147,15 +150,12 @@ class Caller:
         to timeout_seconds from then, but never past call_cap(). A request that provably
         never reached the server (remote.py) is sent once more, on the next session; if
         there is none, or it did not arrive again, NotSent says so."""
-        from mcp.shared.exceptions import MCPError
-        from mcp_types import REQUEST_TIMEOUT
-
         timeout = self.spec.timeout_seconds
-        if self.supervisor.catalog.as_task(tool):
-            return await self.tasks.call(session, tool, args, self.asking, timeout,
-                                         call_cap(timeout))
-        with anyio.CancelScope() as scope:
-            deadline = Deadline(scope, timeout, call_cap(timeout), MAX_CALL_SECONDS)
+        catalog = self.supervisor.catalog
+        if (catalog.runs_tasks or catalog.every_call_a_task) and catalog.as_task(tool):
+            return await self.tasks.call(session, tool, args, self.asking, timeout, self.cap)
+        deadline = Deadline(timeout, self.cap, MAX_CALL_SECONDS)
+        with deadline.scope:
 
             async def progress(done: float, total: float | None, message: str | None) -> None:
                 deadline.alive()
@@ -189,6 +189,9 @@ class Caller:
             raise Broken(era.GONE)
         if ticket.undelivered:  # (also when the deadline ran out while it waited to be sent)
             raise NotSent
+        from mcp.shared.exceptions import MCPError  # here, not on the path of every call
+        from mcp_types import REQUEST_TIMEOUT
+
         why = (ASKED if deadline.questions else CAPPED) if deadline.capped else "timed out"
         raise MCPError(code=REQUEST_TIMEOUT, message=why)
 

@@ -136,6 +136,14 @@ def block_text(block: Any, keep: Keep | None = None, reader: str = "") -> str:
     return f"[{kind or 'unknown'} content]"
 
 
+def plain_text(content: Sequence[Any] | None) -> str | None:
+    """The text of a result that is one non-empty text block (the common case, read without
+    result_text's walk), else None."""
+    if content and len(content) == 1 and getattr(content[0], "type", None) == "text":
+        return str(getattr(content[0], "text", "")) or None
+    return None
+
+
 def result_text(content: Sequence[Any], structured: Any, is_error: bool,
                 keep: Keep | None = None, reader: str = "") -> str:
     """What the model reads for a tools/call result.
@@ -143,10 +151,9 @@ def result_text(content: Sequence[Any], structured: Any, is_error: bool,
     Text passes through; other blocks become placeholders; `structuredContent` is used when
     there is no text at all.
     """
-    if content and len(content) == 1 and getattr(content[0], "type", None) == "text":
-        text = str(getattr(content[0], "text", ""))  # the common case, without the walk below
-        if text:
-            return text
+    text = plain_text(content)
+    if text is not None:
+        return text
     parts = [block_text(b, keep, reader) for b in content or ()]
     has_text = any(getattr(b, "type", None) == "text" for b in content or ())
     if not has_text and structured is not None:

@@ -16,16 +16,16 @@ MAX_CALL_SECONDS = 3600.0  # no tools/call outlives this, progress and questions
 
 
 class Deadline:
-    """Drives `scope.deadline`; counts the questions the call's server asked (elicitation)."""
+    """Drives `scope.deadline` (the call runs in `with deadline.scope:`); counts the questions
+    the call's server asked (elicitation). The scope is made with its first deadline, which
+    arms its timer once, as it is entered, on every tools/call."""
 
-    def __init__(self, scope: anyio.CancelScope, timeout: float, cap: float,
-                 ceiling: float = MAX_CALL_SECONDS) -> None:
+    def __init__(self, timeout: float, cap: float, ceiling: float = MAX_CALL_SECONDS) -> None:
         now = anyio.current_time()
-        self.scope = scope
         self.timeout = timeout
         self.ceiling = now + ceiling
         self.cap = min(now + cap, self.ceiling)
-        self.scope.deadline = min(now + timeout, self.cap)
+        self.scope = anyio.CancelScope(deadline=min(now + timeout, self.cap))
         self.questions = 0  # elicitations relayed to the user during this call
         self._holds = 0
         self._left = 0.0

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,21 +37,34 @@ class InFlight:
     calls: dict[int, tuple[Caller | None, Deadline]] = field(default_factory=dict)
     _next: int = 0
 
-    @contextmanager
-    def running(self, caller: Caller | None, deadline: Deadline) -> Iterator[None]:
+    def running(self, caller: Caller | None, deadline: Deadline) -> AbstractContextManager[None]:
         self._next += 1
-        key = self._next
-        self.calls[key] = (caller, deadline)
-        try:
-            yield
-        finally:
-            del self.calls[key]
+        return _Running(self.calls, self._next, (caller, deadline))
 
     def owner(self) -> tuple[Caller | None, list[Deadline]]:
         """The one caller behind every call in flight (else None), and their deadlines."""
         entries = list(self.calls.values())
         caller = elicit.unanimous([c for c, _ in entries])
         return caller, [d for _, d in entries] if caller is not None else []
+
+
+class _Running:
+    """One call's entry in InFlight.calls while its block runs (a class, not a generator:
+    it is entered on every tools/call)."""
+
+    __slots__ = ("calls", "entry", "key")
+
+    def __init__(self, calls: dict[int, tuple[Caller | None, Deadline]], key: int,
+                 entry: tuple[Caller | None, Deadline]) -> None:
+        self.calls = calls
+        self.key = key
+        self.entry = entry
+
+    def __enter__(self) -> None:
+        self.calls[self.key] = self.entry
+
+    def __exit__(self, *exc: object) -> None:
+        del self.calls[self.key]
 
 
 @dataclass

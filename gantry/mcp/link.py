@@ -6,10 +6,7 @@ it (child.py, remote.py); supervise.py's open_link picks one.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
@@ -36,24 +33,28 @@ class Link(Protocol):
         ...
 
 
-@dataclass
 class Ticket:
-    """One request's delivery, as a remote server's HTTP client saw it (remote.py)."""
+    """One request's delivery, as a remote server's HTTP client saw it (remote.py); entered,
+    it is the one that client finds (a class with slots: one is made on every tools/call)."""
 
-    undelivered: bool = False  # provably never reached the server: safe to send again
+    __slots__ = ("_token", "undelivered")
+
+    def __init__(self) -> None:
+        self.undelivered = False  # provably never reached the server: safe to send again
+
+    def __enter__(self) -> Ticket:
+        self._token = TICKET.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        TICKET.reset(self._token)
 
 
 TICKET: ContextVar[Ticket | None] = ContextVar("gantry_mcp_ticket", default=None)
 
 
-@contextmanager
-def delivery() -> Iterator[Ticket]:
+def delivery() -> Ticket:
     """A Ticket for the request sent in this block. The SDK's HTTP transports send each
     message in its sender's context, which is how the HTTP client below finds it; a child's
     tickets stay blank (a line written to its stdin may always have been read)."""
-    ticket = Ticket()
-    token = TICKET.set(ticket)
-    try:
-        yield ticket
-    finally:
-        TICKET.reset(token)
+    return Ticket()

@@ -11,7 +11,9 @@ same bounds: the call's question budget, its deadline held only while a person i
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -31,23 +33,24 @@ async def call_tool(session: Any, tool: str, args: dict[str, Any], progress: Any
     `claimed`, a task the server made instead: taskext.py). Every retry is a new request;
     one whose answers never reached the server is not resent (the user would be asked
     again): it fails, as a broken call."""
-    import math
+    # The hot path (one answer, no input rounds) imports nothing per call: the SDK's names
+    # are imported once a call needs input.
+    first = await session.call_tool(tool, args, math.inf, progress_callback=progress,
+                                    allow_input_required=True, allow_claimed=claimed)
+    if not _needs_input(first):
+        return first
 
     from mcp.client._input_required import (
         InputRequiredRoundsExceededError,
         run_input_required_driver,
     )
     from mcp.shared.exceptions import MCPError
-    from mcp_types import INTERNAL_ERROR, InputRequiredResult
+    from mcp_types import INTERNAL_ERROR
 
     async def send(responses: Any, state: str | None) -> Any:
         return await session.call_tool(tool, args, math.inf, progress_callback=progress,
                                        input_responses=responses, request_state=state,
                                        allow_input_required=True, allow_claimed=claimed)
-
-    first = await send(None, None)
-    if not isinstance(first, InputRequiredResult):
-        return first
 
     async def retry(responses: Any, state: str | None) -> Any:
         with delivery():  # its own ticket: the first request's tells whether to resend all
@@ -62,6 +65,18 @@ async def call_tool(session: Any, tool: str, args: dict[str, Any], progress: Any
     except InputRequiredRoundsExceededError:
         raise MCPError(code=INTERNAL_ERROR, message=f"it asked for input {MAX_ROUNDS} times "
                        "without finishing the call") from None
+
+
+@functools.cache
+def _input_required_type() -> type:
+    """mcp_types' InputRequiredResult, imported on the first call (the module stays lazy)."""
+    from mcp_types import InputRequiredResult
+
+    return InputRequiredResult
+
+
+def _needs_input(result: Any) -> bool:
+    return isinstance(result, _input_required_type())
 
 
 def dispatcher(session: Any, asking: Asking, deadline: Deadline

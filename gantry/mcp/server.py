@@ -48,6 +48,7 @@ class Server:
         self.supervisor = Supervisor(spec, environ, auth, self.catalog, self.watches,
                                      self.asking, (self.prompts, self.resource_listing))
         self.caller = Caller(self.supervisor, self.asking, keep)
+        self.catalog.call = self.caller.call  # the registered tools call it without a hop here
         self.caller.readable = lambda: self.resource_listing.offered
         # The parts' objects that are never replaced, under the names Host's users read.
         self.login: Any = self.supervisor.login

@@ -182,23 +182,23 @@ class Tasks:
             log.info("mcp task resumed after a restart",
                      extra={"server": self.server, "tool": tool, "task": task_id})
         try:
-            with anyio.CancelScope() as scope:
-                deadline = Deadline(scope, timeout, cap, MAX_CALL_SECONDS)
-                with asking.running(deadline):
-                    if task_id is None:
+            deadline = Deadline(timeout, cap, MAX_CALL_SECONDS)
+            scope = deadline.scope
+            with scope, asking.running(deadline):
+                if task_id is None:
+                    if key is not None and book is not None:
+                        book.sending(*key, self.server, tool)
+                    task = await start(session, tool, args, asking, deadline)
+                    if not hasattr(task, "task_id"):  # answered at once: no task
+                        result = task
+                    else:
+                        task_id = str(task.task_id)
                         if key is not None and book is not None:
-                            book.sending(*key, self.server, tool)
-                        task = await start(session, tool, args, asking, deadline)
-                        if not hasattr(task, "task_id"):  # answered at once: no task
-                            result = task
-                        else:
-                            task_id = str(task.task_id)
-                            if key is not None and book is not None:
-                                book.running(*key, task_id)
-                            log.info("mcp task started", extra={
-                                "server": self.server, "tool": tool, "task": task_id})
-                    if task_id is not None:
-                        result = await follow(session, task_id, deadline, asking)
+                            book.running(*key, task_id)
+                        log.info("mcp task started", extra={
+                            "server": self.server, "tool": tool, "task": task_id})
+                if task_id is not None:
+                    result = await follow(session, task_id, deadline, asking)
         except anyio.get_cancelled_exc_class():
             # The user stopped the turn: the server is told. A shutdown leaves the task
             # running: the turn is retried after the restart, and polls it again.

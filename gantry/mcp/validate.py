@@ -119,7 +119,9 @@ def _joined(join: Callable[[Iterable[bool]], bool], subs: tuple[Check, ...]) -> 
     return lambda x: join(s(x) for s in subs)
 
 
-def _object(schema: Mapping[str, Any]) -> Check:
+def _object(schema: Mapping[str, Any], typed: bool = False) -> Check:
+    """The object keywords' check; `typed`: the schema's type is "object", so a non-object
+    fails here too."""
     props_spec = schema.get("properties", {})
     required = schema.get("required", [])
     extra_spec = schema.get("additionalProperties", True)
@@ -132,7 +134,7 @@ def _object(schema: Mapping[str, Any]) -> Check:
 
     def check(x: Any) -> bool:
         if not isinstance(x, dict):
-            return True
+            return not typed
         for key in needed:
             if key not in x:
                 return False
@@ -158,14 +160,17 @@ def compile_check(schema: Any) -> Check:
     if not isinstance(schema, dict):
         raise Unsupported("schema is not an object")
     checks: list[Check] = []
-    if "type" in schema:
+    shaped = bool({"properties", "required", "additionalProperties"} & schema.keys())
+    # `"type": "object"` with its keywords is one check, not two (the usual input schema).
+    typed = shaped and schema.get("type") == "object"
+    if "type" in schema and not typed:
         checks.append(_type(schema["type"]))
     if "enum" in schema:
         checks.append(_enum(schema["enum"]))
     if "const" in schema:
         checks.append(_enum([schema["const"]]))
-    if {"properties", "required", "additionalProperties"} & schema.keys():
-        checks.append(_object(schema))
+    if shaped:
+        checks.append(_object(schema, typed))
     if "items" in schema:
         item = compile_check(schema["items"])  # a list (tuple form) is Unsupported
         checks.append(lambda x: not isinstance(x, list) or all(item(v) for v in x))
@@ -197,7 +202,10 @@ def compile_check(schema: Any) -> Check:
     every = tuple(checks)
 
     def check_all(x: Any) -> bool:
-        return all(c(x) for c in every)
+        for c in every:  # noqa: SIM110  # a loop, not all(<generator>): it runs on every call
+            if not c(x):
+                return False
+        return True
 
     return check_all
 

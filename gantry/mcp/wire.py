@@ -121,6 +121,8 @@ def _tokens(text: str) -> Iterator[re.Match[str]]:
 def lone_surrogate(args: Any, path: str = "") -> str | None:
     """Where in `args` (a parsed JSON value) a lone surrogate sits, e.g. "text" or "items.2",
     or None. Such a string cannot be written as UTF-8, so the call must fail before writing."""
+    if not path and not _any_surrogate(args):  # every call asks; almost none has one
+        return None
     if isinstance(args, str):
         return (path or "(the arguments)") if SURROGATE.search(args) else None
     items: Iterator[tuple[str, Any]]
@@ -138,3 +140,25 @@ def lone_surrogate(args: Any, path: str = "") -> str | None:
         if found is not None:
             return found
     return None
+
+
+def _any_surrogate(value: Any) -> bool:
+    """Whether a lone surrogate is anywhere in `value` (keys included), without building the
+    paths: ASCII text, the usual kind, is passed over without a regex search."""
+    if isinstance(value, str):
+        return not value.isascii() and SURROGATE.search(value) is not None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if (type(k) is not str or not k.isascii()) and _any_surrogate(k):
+                return True
+            if type(v) is str:
+                if not v.isascii() and SURROGATE.search(v) is not None:
+                    return True
+            elif _any_surrogate(v):
+                return True
+        return False
+    if isinstance(value, list | tuple):
+        for v in value:
+            if _any_surrogate(v):
+                return True
+    return False

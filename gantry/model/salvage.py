@@ -25,6 +25,8 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 __all__ = [
     "FENCE_LANGS",
     "MARKERS",
@@ -304,6 +306,8 @@ def parse_arguments(raw: str) -> tuple[dict[str, Any] | None, str]:
     """(arguments, "") or (None, an error for the model). Repairs what is unambiguous: a
     fenced block, text after one complete object, single quotes and Python literals, a JSON
     string that holds the object. Anything else is refused quoting the parse error."""
+    if raw[:1] == "{" and isinstance(plain := _plain_object(raw), dict):
+        return plain, ""
     text = _fenced(raw).strip()
     if not text:
         return {}, ""
@@ -323,6 +327,17 @@ def parse_arguments(raw: str) -> tuple[dict[str, Any] | None, str]:
     if not isinstance(value, dict):
         return None, f"arguments must be a JSON object, not {type(value).__name__}"
     return value, ""
+
+
+def _plain_object(raw: str) -> Any:
+    """The usual case, one plain JSON object, decoded by msgspec (in C, several times faster
+    than json.loads); None when msgspec refuses it (NaN, 1e400, a lone surrogate escape, bad
+    JSON), which then takes json's path. Where msgspec decodes, json.loads gives the same
+    value (tests/test_salvage.py checks it)."""
+    try:
+        return msgspec.json.decode(raw)
+    except ValueError:  # msgspec.DecodeError, or UnicodeEncodeError for a lone surrogate
+        return None
 
 
 def _repaired(text: str) -> dict[str, Any] | None:
