@@ -704,3 +704,14 @@ async def test_the_summariser_s_reasoning_is_not_stored(fake: FakeOpenAI, tmp_pa
         await agent(msg("m3"))
         await settled(agent)
     assert agent.sessions.summary("test:1") == "they counted m0 to m3"
+
+
+@pytest.mark.parametrize("raw", [
+    '{"a":' + "[" * 100_000 + "]" * 100_000 + "}",
+    "[" * 100_000,
+    '{"a": ' + "[" * 5_000,
+])
+def test_deeply_nested_arguments_are_refused_not_raised(raw: str) -> None:
+    args, error = parse_arguments(raw)
+    assert args is None
+    assert "nested too deeply" in error

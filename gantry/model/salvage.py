@@ -306,6 +306,13 @@ def parse_arguments(raw: str) -> tuple[dict[str, Any] | None, str]:
     """(arguments, "") or (None, an error for the model). Repairs what is unambiguous: a
     fenced block, text after one complete object, single quotes and Python literals, a JSON
     string that holds the object. Anything else is refused quoting the parse error."""
+    try:
+        return _parsed(raw)
+    except RecursionError:  # thousands of nested brackets: the decoders' depth limit
+        return None, "arguments are nested too deeply; send one flat JSON object"
+
+
+def _parsed(raw: str) -> tuple[dict[str, Any] | None, str]:
     if raw[:1] == "{" and isinstance(plain := _plain_object(raw), dict):
         return plain, ""
     text = _fenced(raw).strip()
