@@ -12,12 +12,11 @@ from typing import Any
 import pytest
 
 from tests.binary.rootfs import INSTALL_PATH, Sandbox
-from tests.binary.test_binary_mcp_remote import KEY, _Run, every
+from tests.binary.test_binary_mcp_remote import KEY, _Run
 from tests.fakes.mcp_remote import HttpServer, toml_remote
 from tests.fakes.openai import Call, FakeOpenAI, Reply, SendAttachment, without_footer
 
 pytestmark = [pytest.mark.binary, pytest.mark.slow]
-__all__ = ["every"]  # the remote server-everything, a fixture used by name below
 
 
 def test_prompts_and_resources_in_the_frozen_binary(
