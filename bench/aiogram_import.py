@@ -3,14 +3,13 @@
 A lean copy is the installed aiogram with build/aiogram_lean.py's replacements written, put
 first on sys.path, as the binary has it: "lean-methods" with the lazy aiogram.methods and
 bot.py importing methods where used (aiogram.types stock), "lean-types" with aiogram.types lazy
-as well (no rebuild loop; each type class created when first needed) and Update's and
-Message's unread fields typed Any (build/aiogram_trim.py; "lean-untrimmed" without that).
-Three stages, each in
-fresh interpreters: the shim's import; what the Telegram channel does before its first
-getUpdates (gantry.channel.telegram, Bot, Dispatcher, a getMe response validated, the
-getUpdates request dumped); and then the first getUpdates response (an Update with a Message)
-validated and a SendMessage dumped. Figures: median of N runs (wall time in the child,
-RssAnon at its end) and the aiogram type classes created by then; never pass/fail.
+as well (no rebuild loop; each type class created when first needed) and Update's, Message's
+and Chat's unread fields typed Any (build/aiogram_trim.py; "lean-untrimmed" without that).
+Three stages, each in fresh interpreters: the shim's import; what the Telegram channel does
+before its first getUpdates (gantry.channel.telegram, Bot, Dispatcher, a getMe response
+validated, the getUpdates request dumped); and then the first getUpdates response (an Update
+with a Message) validated and a SendMessage dumped. Figures: median of N runs (wall time in the
+child, RssAnon at its end) and the aiogram type classes created by then; never pass/fail.
 Usage: python bench/aiogram_import.py [N]
 """
 

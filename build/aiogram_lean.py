@@ -399,7 +399,7 @@ def write_lean_copy(root: Path, types: bool = True, trim: bool = True) -> Path:
     """Copy the installed aiogram under `root` with the replacements written, as the binary
     has it; for tests and bench/, which put `root` first on sys.path. `types` False: the
     methods only (aiogram.types stock, bot.py's type imports left), for comparison in bench/;
-    `trim` False: Update and Message with every field typed (build/aiogram_trim.py), likewise.
+    `trim` False: Update, Message and Chat with every field typed (build/aiogram_trim.py), likewise.
     Returns `root`."""
     import shutil
 

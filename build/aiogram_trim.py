@@ -1,14 +1,14 @@
-"""aiogram's Update and Message, as frozen into gantry: the fields gantry never reads typed `Any`.
+"""aiogram's Update, Message and Chat as frozen into gantry: the fields it never reads typed Any.
 
 Validating the first Update builds pydantic validators for every type its annotations reach:
 Update names some 30 update kinds and Message some 120 fields (games, invoices, payments,
 passport data, giveaways, stories, forum topics, video chats, boosts, gifts, checklists, ...),
 ~220 classes in all and ~15 MiB of a Telegram process's memory (issue 44), while gantry asks
 Telegram for three update kinds (gantry/channel/telegram/poll.py, reactions.py) and reads two
-dozen fields of a message (incoming.py, filter.py, poll.py). Here every other field whose
-annotation names a Telegram type becomes `Any`: its value, if Telegram sends one, is kept as
-the JSON it came as (a dict or a list), never an error, and no validator is built for it.
-Fields of plain types (str, int, bool, dates) are left as they are: they reach no class.
+dozen fields of a message and two of a chat (incoming.py, filter.py, poll.py). Here every other
+field whose annotation names a Telegram type becomes `Any`: its value, if Telegram sends one, is
+kept as the JSON it came as (a dict or a list), never an error, and no validator is built for
+it. Fields of plain types (str, int, bool, dates) are left as they are: they reach no class.
 
 `KEEP` lists, per class, what gantry reads; tests/test_build_aiogram_trim.py fails if gantry's
 code reads a trimmed name. The rewrite fails the build if a class or a kept field is missing,
@@ -32,10 +32,13 @@ KEEP_MESSAGE = frozenset({
     "caption_entities", "media_group_id", "reply_to_message", "quote", "photo", "document",
     "voice", "audio", "video", "video_note", "animation", "sticker", "location", "venue",
     "contact", "poll", "dice"})
+# What gantry reads of a Chat (its other typed fields are deprecated ones of ChatFullInfo's).
+KEEP_CHAT = frozenset({"id", "type"})
 # module -> (class, the fields kept typed)
 KEEP: dict[str, tuple[str, frozenset[str]]] = {
     "aiogram.types.update": ("Update", KEEP_UPDATE),
     "aiogram.types.message": ("Message", KEEP_MESSAGE),
+    "aiogram.types.chat": ("Chat", KEEP_CHAT),
 }
 # Annotation names that reach no Telegram class: such fields are left typed.
 PLAIN = frozenset({"str", "int", "bool", "float", "None", "list", "DateTime", "Any"})
