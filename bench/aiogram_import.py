@@ -3,12 +3,13 @@
 A lean copy is the installed aiogram with build/aiogram_lean.py's replacements written, put
 first on sys.path, as the binary has it: "lean-methods" with the lazy aiogram.methods and
 bot.py importing methods where used (aiogram.types stock), "lean-types" with aiogram.types lazy
-as well (no rebuild loop; each type class created when first needed). Three stages, each in
-fresh interpreters: the shim's import; what the Telegram channel does before its first
-getUpdates (gantry.channel.telegram, Bot, Dispatcher, a getMe response validated, the
-getUpdates request dumped); and then the first getUpdates response (an Update with a Message)
-validated and a SendMessage dumped. Figures: median of N runs (wall time in the child,
-RssAnon at its end) and the aiogram type classes created by then; never pass/fail.
+as well (no rebuild loop; each type class created when first needed) and Update's, Message's
+and Chat's unread fields typed Any (build/aiogram_trim.py; "lean-untrimmed" without that).
+Three stages, each in fresh interpreters: the shim's import; what the Telegram channel does
+before its first getUpdates (gantry.channel.telegram, Bot, Dispatcher, a getMe response
+validated, the getUpdates request dumped); and then the first getUpdates response (an Update
+with a Message) validated and a SendMessage dumped. Figures: median of N runs (wall time in the
+child, RssAnon at its end) and the aiogram type classes created by then; never pass/fail.
 Usage: python bench/aiogram_import.py [N]
 """
 
@@ -88,8 +89,10 @@ def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     with tempfile.TemporaryDirectory() as d:
         paths = {"installed": str(ROOT)}
-        for flavour, types in (("lean-methods", False), ("lean-types", True)):
-            lean = aiogram_lean.write_lean_copy(Path(d) / flavour, types=types)
+        for flavour, types, trim in (("lean-methods", False, False),
+                                     ("lean-untrimmed", True, False),
+                                     ("lean-types", True, True)):
+            lean = aiogram_lean.write_lean_copy(Path(d) / flavour, types=types, trim=trim)
             compileall.compile_dir(str(lean), quiet=1)  # as site-packages has its .pyc files
             paths[flavour] = f"{lean}{os.pathsep}{ROOT}"
         print(f"median of {n} fresh interpreters; {sys.executable}")

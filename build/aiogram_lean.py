@@ -43,6 +43,7 @@ import ast
 import builtins
 from pathlib import Path
 
+import aiogram_trim
 from lean_common import LeanError, installed, loads
 from lean_common import package_config as _package_config
 
@@ -367,7 +368,8 @@ def sentinel_source(module: str, path: Path | None = None) -> str:
 def sources() -> dict[str, str]:
     """Module name -> replacement source, for the installed aiogram."""
     return {METHODS: methods_source(), TYPES: types_source(), BOT: bot_source(),
-            **{module: sentinel_source(module) for module in SENTINEL_MODULES}}
+            **{module: sentinel_source(module) for module in SENTINEL_MODULES},
+            **aiogram_trim.sources()}
 
 
 def module_path(module: str, root: Path) -> Path:
@@ -385,16 +387,19 @@ def package_config() -> str:
            TYPES: "create aiogram type classes on first use, without the rebuild loop",
            BOT: "import aiogram method and type classes where they are used",
            **{module: "named markers without importing unittest.mock"
-              for module in SENTINEL_MODULES}}
+              for module in SENTINEL_MODULES},
+           **{module: "fields gantry never reads typed Any (build/aiogram_trim.py)"
+              for module in aiogram_trim.KEEP}}
     return _package_config("aiogram_lean.py", codes, why,
                            {METHODS: sorted({METHODS + mod for mod, _name in methods.values()}),
                             TYPES: sorted({TYPES + mod for mod, _name in types.values()})})
 
 
-def write_lean_copy(root: Path, types: bool = True) -> Path:
+def write_lean_copy(root: Path, types: bool = True, trim: bool = True) -> Path:
     """Copy the installed aiogram under `root` with the replacements written, as the binary
     has it; for tests and bench/, which put `root` first on sys.path. `types` False: the
-    methods only (aiogram.types stock, bot.py's type imports left), for comparison in bench/.
+    methods only (aiogram.types stock, bot.py's type imports left), for comparison in bench/;
+    `trim` False: Update, Message and Chat with every field typed (build/aiogram_trim.py), likewise.
     Returns `root`."""
     import shutil
 
@@ -403,6 +408,11 @@ def write_lean_copy(root: Path, types: bool = True) -> Path:
     codes = sources() if types else {METHODS: methods_source(),
                                      BOT: bot_source(packages=("methods",))}
     codes.update({module: sentinel_source(module) for module in SENTINEL_MODULES})
+    if not trim:
+        for module in aiogram_trim.KEEP:
+            codes.pop(module, None)
+    elif not types:
+        codes.update(aiogram_trim.sources())
     for module, code in codes.items():
         module_path(module, root).write_text(code)
     return root
