@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import nox
@@ -84,6 +85,14 @@ def build(session: nox.Session) -> None:
     """Freeze gantry into the single static executable dist/gantry (Nuitka, ccache)."""
     install_locked(session, "build")
     session.run("python", "build/build.py", *session.posargs)
+
+
+@nox.session(name="build-arm64", python=False)
+def build_arm64(session: nox.Session) -> None:
+    """dist/gantry-linux-arm64 (+ .sha256, .cdx.json) on an x86_64 host: build/build.py under
+    qemu-user in a cached Debian arm64 root with a native cross compiler (build/arm64.py; needs
+    root; not part of `ci`)."""
+    session.run(sys.executable, "build/arm64.py", *session.posargs, external=True)
 
 
 @nox.session
