@@ -106,6 +106,36 @@ def binary(session: nox.Session) -> None:
                 env={"GANTRY_REQUIRE_BINARY": "1"})
 
 
+ARM64 = ROOT / "dist" / "gantry-linux-arm64"
+# What `binary-arm64` runs of tests/binary/test_binary.py against the arm64 binary under
+# qemu-user (the same tests as for dist/gantry, the binary named by GANTRY_BINARY_NAME): the
+# file is static, the root distroless-like, version (--json: linux-aarch64 and the SBOM's
+# list) and status, stdio turns against the fake model under LANG/TZ/uid variants, a stdio MCP
+# server; all as uid 65532 on a read-only root.
+SMOKE_TESTS = ("statically_linked", "distroless_like", "embedded_build_info",
+               "what_the_sbom_lists", "status_fails_before", "answers_over_stdio",
+               "under_any_environment", "static_mcp_child")
+
+
+def smoke_test(session: nox.Session, name: str, *args: str) -> None:
+    """The smoke selection of tests/binary against dist/NAME (emulated if foreign)."""
+    session.run("python", "-m", "pytest", "-m", "binary", "tests/binary/test_binary.py",
+                "-k", " or ".join(SMOKE_TESTS), *args,
+                env={"GANTRY_REQUIRE_BINARY": "1", "GANTRY_BINARY_NAME": name,
+                     "QEMU_CPU": os.environ.get("QEMU_CPU", "neoverse-n1")})
+
+
+@nox.session(name="binary-arm64")
+def binary_arm64(session: nox.Session) -> None:
+    """Smoke-test dist/gantry-linux-arm64 under qemu-user in the distroless-like root (needs
+    root; sets up binfmt_misc like build-arm64; slow, so not part of `ci`)."""
+    if not ARM64.exists():
+        session.error("dist/gantry-linux-arm64 is missing: run `nox -s build-arm64` first")
+    install_locked(session, "test")
+    session.run(sys.executable, "build/arm64.py", "--emulation", external=True)
+    smoke_test(session, ARM64.name, *session.posargs)
+
+
 @nox.session
 def systemd(session: nox.Session) -> None:
     """dist/gantry as deploy/systemd/gantry.service under a real systemd 252 (Debian bookworm,
@@ -245,9 +275,10 @@ def _git(*args: str) -> str:
 
 @nox.session
 def release(session: nox.Session) -> None:
-    """`nox -s release -- X.Y.Z`: write gantry/VERSION, commit, build dist/gantry with its
-    SBOM and checksums (SOURCE_DATE_EPOCH = the release commit's time, so a rebuild of the tag
-    matches), and tag vX.Y.Z. Nothing is pushed (docs/releasing.md)."""
+    """`nox -s release -- X.Y.Z`: write gantry/VERSION, commit, build dist/gantry and
+    dist/gantry-linux-arm64 with their SBOMs and checksums (SOURCE_DATE_EPOCH = the release
+    commit's time, so a rebuild of the tag matches), smoke-test both (arm64 under qemu-user),
+    and tag vX.Y.Z. Nothing is pushed (docs/releasing.md)."""
     if len(session.posargs) != 1 or not SEMVER.fullmatch(session.posargs[0]):
         session.error("usage: nox -s release -- X.Y.Z")
     version = session.posargs[0]
@@ -264,7 +295,12 @@ def release(session: nox.Session) -> None:
     epoch = _git("log", "-1", "--format=%ct")
     install_locked(session, "build")
     session.run("python", "build/build.py", env={"SOURCE_DATE_EPOCH": epoch})
+    session.run(sys.executable, "build/arm64.py", external=True, env={"SOURCE_DATE_EPOCH": epoch})
+    install_locked(session, "test")
+    for name in (DIST.name, ARM64.name):
+        smoke_test(session, name)
     session.run("git", "-C", str(ROOT), "tag", "-a", tag, "-m", f"gantry {version}",
                 external=True)
-    session.log(f"tagged {tag} (not pushed). Publish dist/gantry, dist/gantry.sha256 and "
-                f"dist/gantry.cdx.json; then `git push origin {tag}` (docs/releasing.md).")
+    session.log(f"tagged {tag} (not pushed). Publish dist/gantry and dist/gantry-linux-arm64, "
+                "each with its .sha256 and .cdx.json; then "
+                f"`git push origin {tag}` (docs/releasing.md).")

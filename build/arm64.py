@@ -2,7 +2,8 @@
 """Build `dist/gantry-linux-arm64` on an x86_64 host: build/build.py run by an arm64 Python
 under qemu-user, in a cached Debian arm64 root, with a native-speed cross compiler.
 
-    python build/arm64.py        # what `nox -s build-arm64` runs (needs root, apt, network)
+    python build/arm64.py              # what `nox -s build-arm64` runs (root, apt, network)
+    python build/arm64.py --emulation  # only step 1 (`nox -s binary-arm64` runs this)
 
 Nuitka must run on the Python it compiles for, so it runs emulated (qemu-user, binfmt_misc).
 Its C compiler need not: the root is Debian bookworm arm64 (glibc 2.36 and Python 3.11, as the
@@ -58,6 +59,8 @@ VENV = "/opt/gantry-build"
 # `gcc` and `strip` inside the root: the cross tools (native speed), first on PATH.
 CROSS_BIN = "/opt/gantry-cross/bin"
 CROSS_TOOLS = {"gcc": f"/usr/bin/{CROSS}-gcc", "strip": f"/usr/bin/{CROSS}-strip"}
+# Build inputs taken from the host's environment (`nox -s release` sets SOURCE_DATE_EPOCH).
+PASSED = ("SOURCE_DATE_EPOCH", "GANTRY_COMMIT")
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 QEMU_CPU = "neoverse-n1"
 # Lines of Nuitka's output that open each phase of the build step (the first one seen).
@@ -162,7 +165,8 @@ def chroot_command(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
                   f"mount --bind {shlex.quote(source)} {r}{shlex.quote(target)}"]
     full_env = {"PATH": f"{CROSS_BIN}:{VENV}/bin:/usr/local/bin:/usr/bin:/bin",
                 "HOME": "/root", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
-                **{k: v for k, v in os.environ.items() if k.startswith("PIP_")}, **env}
+                **{k: v for k, v in os.environ.items() if k.startswith("PIP_") or k in PASSED},
+                **env}
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in full_env.items())
     lines.append(f"exec chroot {r} /usr/bin/env -i {exports} "
                  + " ".join(shlex.quote(a) for a in argv))
@@ -217,6 +221,9 @@ def build(env: Mapping[str, str], extra: Sequence[str]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     extra = list(sys.argv[1:] if argv is None else argv)
+    if extra == ["--emulation"]:
+        host_setup()
+        return 0
     steps: dict[str, float] = {}
     t = time.monotonic()
     env = host_setup()
