@@ -7,9 +7,13 @@ under qemu-user, in a cached Debian arm64 root, with a native-speed cross compil
 
 Nuitka must run on the Python it compiles for, so it runs emulated (qemu-user, binfmt_misc).
 Its C compiler need not: the root is Debian bookworm arm64 (glibc 2.36 and Python 3.11, as the
-amd64 build) with the amd64 packages of Debian's aarch64 cross gcc and ccache installed beside
-it (multiarch), so `gcc` inside it is an x86_64 program that the kernel runs natively and that
-emits aarch64 code against the root's own arm64 headers and libraries. Everything else is the
+amd64 build), and the host's own Debian aarch64 cross gcc (gcc-aarch64-linux-gnu, same glibc
+2.36 in its /usr/aarch64-linux-gnu) and ccache are bind-mounted into it with the x86_64 loader
+and libraries they run on (HOST_TOOLS), so `gcc` inside it is an x86_64 program that the kernel
+runs natively and that emits aarch64 code; Debian's cross gcc searches /usr/include and
+/usr/lib/aarch64-linux-gnu too, i.e. the root's Python headers and libraries. (Installing the
+amd64 cross gcc into the root by multiarch does not work: its binutils-aarch64-linux-gnu:amd64
+collides with the root's native package of that name.) Everything else is the
 amd64 build unchanged: the same lock files (they carry the aarch64 wheels' hashes), the same
 build/ patches and shape guards, the same plugin carrying glibc into the payload.
 
@@ -19,12 +23,12 @@ Steps, each timed (printed at the end, appended to build/.work/gantry-linux-arm6
    mounted, qemu-aarch64 enabled; QEMU_CPU=neoverse-n1 unless set (qemu 7.2's default CPU model
    emulates pointer authentication slowly: ~20x slower without it);
 2. rootfs: mmdebstrap into build/.work/arm64-rootfs, once (kept while PACKAGES and SUITE stay);
+   it holds the caches too (Nuitka's and ccache's, in its /root/.cache), so a rerun is warm;
 3. venv: /opt/gantry-build in the root from lock/backend.txt and lock/build.txt, hash-checked,
    once per lock content;
 4. build: `python build/build.py --name gantry-linux-arm64` in the root, with the repository
    (and its git directory) bind-mounted at the same path, so commit, build date and ccache's
-   base dir are what the amd64 build sees. Nuitka's and ccache's caches live in the root's
-   /root/.cache, so they persist with it. Its output is split into Nuitka's phases by the lines
+   base dir are what the amd64 build sees. Its output is split into Nuitka's phases by the lines
    that open them (PHASES).
 """
 
@@ -49,16 +53,21 @@ STEPS = ROOT / "build" / ".work" / NAME / "steps.jsonl"
 SUITE = "bookworm"  # glibc 2.36 and Python 3.11, as the amd64 build
 MIRROR = "http://deb.debian.org/debian"
 CROSS = "aarch64-linux-gnu"
-# arm64: the Python Nuitka runs on and compiles for, its headers, glibc's development files
-# (libc.a for the static onefile bootstrap), binutils, git (build info); amd64: the compiler.
-PACKAGES = ("python3", "python3-venv", "python3-dev", "libc6-dev", "binutils", "ca-certificates",
-            "git", f"gcc-{CROSS}:amd64", "ccache:amd64")
+# The Python Nuitka runs on and compiles for, its headers and libraries, glibc's development
+# files (the root's libpython links against them), git (build info), CA certificates (pip).
+PACKAGES = ("python3", "python3-venv", "python3-dev", "libc6-dev", "ca-certificates", "git")
 HOST_PACKAGES = {"qemu-aarch64-static": "qemu-user-static", "update-binfmts": "binfmt-support",
-                 "mmdebstrap": "mmdebstrap"}
+                 "mmdebstrap": "mmdebstrap", f"{CROSS}-gcc": f"gcc-{CROSS}", "ccache": "ccache"}
 VENV = "/opt/gantry-build"
-# `gcc` and `strip` inside the root: the cross tools (native speed), first on PATH.
+# The host's toolchain, bind-mounted (read-only) at the same paths: the cross gcc's programs
+# and aarch64 glibc, and the x86_64 loader and libraries they (and ccache) run on. None of
+# these paths exists in an arm64 root.
+HOST_TOOLS = ("/usr/lib/gcc-cross", f"/usr/{CROSS}", "/usr/lib64",
+              f"/usr/lib/{os.uname().machine}-linux-gnu")
+# The drivers, first on PATH in the root: `gcc` is the cross gcc, `ccache` the host's (Nuitka
+# finds both by name); `strip` and the other binutils come from /usr/aarch64-linux-gnu/bin.
 CROSS_BIN = "/opt/gantry-cross/bin"
-CROSS_TOOLS = {"gcc": f"/usr/bin/{CROSS}-gcc", "strip": f"/usr/bin/{CROSS}-strip"}
+CROSS_TOOLS = {"gcc": f"/usr/bin/{CROSS}-gcc", "ccache": "/usr/bin/ccache"}
 # Build inputs taken from the host's environment (`nox -s release` sets SOURCE_DATE_EPOCH).
 PASSED = ("SOURCE_DATE_EPOCH", "GANTRY_COMMIT")
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
@@ -123,10 +132,6 @@ def ensure_rootfs(env: Mapping[str, str]) -> bool:
     subprocess.run(["unshare", "-m", "--propagation", "private", "mmdebstrap",
                     "--arch=arm64,amd64", "--variant=apt", f"--include={','.join(PACKAGES)}",
                     SUITE, str(fresh), MIRROR], check=True, env={**os.environ, **env})
-    for tool, target in CROSS_TOOLS.items():
-        link = fresh / CROSS_BIN.lstrip("/") / tool
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(target)
     (fresh / ".gantry-rootfs").write_text(rootfs_key() + "\n")
     os.replace(fresh, ROOTFS)
     return True
@@ -149,10 +154,10 @@ def chroot_command(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
     directory) at their host paths; a clean environment plus `env`."""
     r = shlex.quote(str(ROOTFS))
     inside, host = emulator()
-    binds = [(str(ROOT), str(ROOT))]
+    binds = [(str(ROOT), str(ROOT), False)]  # (path in the root, host path, read-only)
     git_dir = _git_dir()
     if git_dir is not None:
-        binds.append((str(git_dir), str(git_dir)))
+        binds.append((str(git_dir), str(git_dir), False))
     lines = ["set -e", f"mount -t proc proc {r}/proc", f"mount --rbind /dev {r}/dev",
              f"mkdir -p {r}{shlex.quote(os.path.dirname(inside))}",
              f": >> {r}{shlex.quote(inside)}",
@@ -160,10 +165,20 @@ def chroot_command(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
     for path in ("/etc/resolv.conf", "/etc/ssl/certs/ca-certificates.crt", "/etc/pip.conf"):
         if os.path.isfile(path):
             lines.append(f"cp -L {path} {r}{path}")
-    for target, source in binds:
-        lines += [f"mkdir -p {r}{shlex.quote(target)}",
-                  f"mount --bind {shlex.quote(source)} {r}{shlex.quote(target)}"]
-    full_env = {"PATH": f"{CROSS_BIN}:{VENV}/bin:/usr/local/bin:/usr/bin:/bin",
+    if not (ROOTFS / "lib64").exists():
+        lines.append(f"ln -s usr/lib64 {r}/lib64")  # where x86_64 programs ask for their loader
+    for path in HOST_TOOLS:
+        binds.append((path, str(Path(path).resolve()), True))
+    for tool, source in CROSS_TOOLS.items():
+        binds.append((f"{CROSS_BIN}/{tool}", str(Path(source).resolve()), True))
+    for target, source, ro in binds:
+        at = f"{r}{shlex.quote(target)}"
+        make = f"mkdir -p {at}" if os.path.isdir(source) else (
+            f"mkdir -p {shlex.quote(os.path.dirname(f'{ROOTFS}{target}'))}; : >> {at}")
+        lines += [make, f"mount --bind {shlex.quote(source)} {at}"]
+        if ro:
+            lines.append(f"mount -o remount,bind,ro {at}")
+    full_env = {"PATH": f"{CROSS_BIN}:/usr/{CROSS}/bin:{VENV}/bin:/usr/local/bin:/usr/bin:/bin",
                 "HOME": "/root", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
                 **{k: v for k, v in os.environ.items() if k.startswith("PIP_") or k in PASSED},
                 **env}

@@ -168,14 +168,14 @@ def lean_configs() -> list[Path]:
 
 
 def tempdir_spec(version: str, commit: str, name: str = "gantry") -> str:
-    """The extraction dir: per artifact name too, so the amd64 binary and an emulated arm64
-    one of the same commit never unpack into each other's directory on one host."""
+    """The extraction dir: per artifact name too, so binaries for two machines built from one
+    commit (one of them emulated) never unpack into each other's directory on one host."""
     tag = f"{version}-{commit[:12]}" if commit and commit != "unknown" else version
     return f"{TEMPDIR_PARENT}/{name}-{re.sub(r'[^A-Za-z0-9._-]', '_', tag)}"
 
 
 def use_workroot(path: Path) -> None:
-    """Put every intermediate under `path` instead of build/.work (`--name`: an arm64 build
+    """Put every intermediate under `path` instead of build/.work (`--name`: a cross build
     in the same checkout keeps its own stage, Nuitka dir, configurations and timings)."""
     global WORKROOT, STAGE, WORK, TIMINGS, CARRIED_JSON, MCP_LEAN_CONFIG
     WORKROOT = path
@@ -349,7 +349,7 @@ def web_stack_in(report: Path) -> list[str]:
 
 
 def inventory(report: Path, dist: Path, info: dict[str, str], name: str = "gantry") -> None:
-    """dist/NAME.cdx.json and dist/NAME.sha256 (NAME: gantry, or gantry-linux-arm64), after
+    """dist/NAME.cdx.json and dist/NAME.sha256 (NAME: gantry, or the cross build's), after
     checking that the list the payload carries for `gantry version --json` names what the
     compilation report names."""
     import sbom
@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="gantry",
                     help="artifact name: dist/NAME, NAME.sha256, NAME.cdx.json, ...; another "
                     "name than gantry also keeps intermediates in build/.work/NAME "
-                    "(build/arm64.py: gantry-linux-arm64)")
+                    "(the cross build: docs/packaging.md)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--nuitka-arg", action="append", default=[], metavar="ARG",
                     help="extra Nuitka option (experiments; repeatable)")

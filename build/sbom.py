@@ -149,7 +149,7 @@ def system_libraries(report: Path, carried: Mapping[str, str]) -> list[str]:
 def build_bom(info: Mapping[str, str], parts: list[Part], python: str, nuitka: str,
               artifact: str = MAIN) -> str:
     """The SBOM as CycloneDX 1.6 JSON; serial number and timestamp follow from the build info
-    (and the artifact's name, so the arm64 binary's SBOM has its own serial), so two builds of
+    (and the artifact's name, so each machine's binary has its own serial), so two builds of
     a commit with one SOURCE_DATE_EPOCH write the same file."""
     from cyclonedx.contrib.license.factories import LicenseFactory
     from cyclonedx.model import Property
