@@ -128,9 +128,9 @@ def ensure_rootfs(env: Mapping[str, str]) -> bool:
     for old in (fresh, ROOTFS):
         if old.exists():
             shutil.rmtree(old)
-    log(f"mmdebstrap {SUITE} arm64 (+amd64 cross compiler) into {ROOTFS.relative_to(ROOT)}")
+    log(f"mmdebstrap {SUITE} arm64 into {ROOTFS.relative_to(ROOT)}")
     subprocess.run(["unshare", "-m", "--propagation", "private", "mmdebstrap",
-                    "--arch=arm64,amd64", "--variant=apt", f"--include={','.join(PACKAGES)}",
+                    "--arch=arm64", "--variant=apt", f"--include={','.join(PACKAGES)}",
                     SUITE, str(fresh), MIRROR], check=True, env={**os.environ, **env})
     (fresh / ".gantry-rootfs").write_text(rootfs_key() + "\n")
     os.replace(fresh, ROOTFS)
