@@ -4,6 +4,7 @@ binaries ask for (build/elf.py), whatever the machine, class or byte order of th
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import struct
 import sys
@@ -60,6 +61,19 @@ def test_the_loader_is_read_from_the_binary_on_any_platform(
         machine: int, loader: str, wide: bool, little: bool) -> None:
     assert elf.elf_interpreter(fake_elf(machine, loader, wide, little)) == loader
     assert elf.elf_interpreter(fake_elf(machine, None, wide, little)) is None  # static
+
+
+@pytest.mark.parametrize(("machine", "name"), [(EM_X86_64, "x86_64"), (EM_AARCH64, "aarch64")])
+def test_the_smoke_test_knows_the_machine_a_binary_is_for(
+        tmp_path: Path, machine: int, name: str) -> None:
+    """tests/binary/rootfs.py reads it to decide on emulation (issue 43)."""
+    from tests.binary.rootfs import binary_machine, emulator_for
+
+    path = tmp_path / "bin"
+    path.write_bytes(fake_elf(machine, None))
+    assert binary_machine(path) == name
+    if name == os.uname().machine:
+        assert emulator_for(name) is None  # the host runs its own binaries
 
 
 def test_not_an_elf_is_an_error() -> None:

@@ -81,6 +81,10 @@ def test_build_constants_agree_with_smoke_test() -> None:
     assert spec == f"{build.TEMPDIR_PARENT}/gantry-1.2.3-0123456789ab"
     assert build.TEMPDIR_PARENT == "/tmp"
     assert build.tempdir_spec("1.2.3", "unknown") == "/tmp/gantry-1.2.3"
+    # another artifact (the arm64 binary) never shares the amd64 one's extraction dir
+    arm64 = _load_arm64().NAME
+    assert build.tempdir_spec("1.2.3", "0123456789abcdef", arm64) == \
+        f"/tmp/{arm64}-1.2.3-0123456789ab"
 
 
 def test_build_extra_pins_the_nuitka_the_script_expects() -> None:
