@@ -11,8 +11,10 @@ set). Needs root. Per binary, in one run on this machine, round-robin so noise f
 * `gantry run` on stdio against the loopback fake model: start to the first reply, then
   one more turn (send to reply) in the running process.
 
-Each figure is the median of `--runs`; the last column is other / binary, i.e. what emulation
-costs on top of the amd64 build (a CPU-bound Python loop under qemu-user is ~12x here).
+Each figure is the median of `--runs`; the last column is other / binary. The floor it is
+judged against, measured in the same run when build/arm64.py's root exists: a CPU-bound
+pure-Python loop in the root's arm64 python3 under qemu-user against the host's python3
+(timed inside each interpreter, so neither start-up nor the chroot counts).
 """
 
 from __future__ import annotations
@@ -50,6 +52,26 @@ def make_heartbeat(data_dir: Path) -> None:
     conn.close()
     for path in data_dir.iterdir():
         os.chown(path, NONROOT_UID, NONROOT_UID)
+
+
+LOOP = ("import time\nt = time.perf_counter()\nx = 0\nfor i in range(3_000_000):\n"
+        "    x += i % 7\nprint(time.perf_counter() - t)")
+
+
+def python_floor() -> tuple[float, float] | None:
+    """(host python3, emulated arm64 python3) seconds for LOOP; None without the root."""
+    import subprocess
+
+    sys.path.insert(0, str(ROOT / "build"))
+    import arm64
+
+    if not (arm64.ROOTFS / ".gantry-rootfs").is_file():
+        return None
+    env = {"QEMU_CPU": os.environ.get("QEMU_CPU", arm64.QEMU_CPU)}
+    native = subprocess.run(["python3", "-c", LOOP], capture_output=True, text=True, check=True)
+    emulated = subprocess.run(arm64.chroot_command(["/usr/bin/python3", "-c", LOOP], env),
+                              capture_output=True, text=True, check=True)
+    return float(native.stdout), float(emulated.stdout)
 
 
 def timed(fn: Callable[[], None]) -> float:
@@ -130,6 +152,11 @@ def main(argv: list[str] | None = None) -> int:
         figures: dict[str, list[list[float]]] = {}
         try:
             for _ in range(args.runs):
+                floor = python_floor()
+                if floor is not None:
+                    for i, value in enumerate(floor):
+                        figures.setdefault("floor: pure-Python loop (python3)",
+                                           [[], []])[i].append(value)
                 for i, s in enumerate(subjects):
                     first, second = s.turns(fake)
                     for key, value in (("version, first start (unpacks)", s.version_first()),
