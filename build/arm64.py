@@ -35,6 +35,7 @@ Steps, each timed (printed at the end, appended to build/.work/gantry-linux-arm6
 from __future__ import annotations
 
 import datetime as dt
+import glob
 import hashlib
 import json
 import os
@@ -64,10 +65,14 @@ VENV = "/opt/gantry-build"
 # these paths exists in an arm64 root.
 HOST_TOOLS = ("/usr/lib/gcc-cross", f"/usr/{CROSS}", "/usr/lib64",
               f"/usr/lib/{os.uname().machine}-linux-gnu")
-# The drivers, first on PATH in the root: `gcc` is the cross gcc, `ccache` the host's (Nuitka
-# finds both by name); `strip` and the other binutils come from /usr/aarch64-linux-gnu/bin.
+# The cross programs themselves, /usr/bin/aarch64-linux-gnu-*, at their host paths (no arm64
+# package has such names): a cross gcc finds cc1 and its LTO plugin relative to where it is
+# (/usr/bin next to /usr/lib/gcc-cross), and /usr/aarch64-linux-gnu/bin/{as,ld,strip,...} are
+# links to them. First on PATH in the root: `gcc`, a link to the cross gcc, and `ccache`, the
+# host's (Nuitka finds both by name); then /usr/aarch64-linux-gnu/bin for `strip`.
+CROSS_PROGRAMS = f"/usr/bin/{CROSS}-*"
 CROSS_BIN = "/opt/gantry-cross/bin"
-CROSS_TOOLS = {"gcc": f"/usr/bin/{CROSS}-gcc", "ccache": "/usr/bin/ccache"}
+HOST_CCACHE = "/usr/bin/ccache"
 # Build inputs taken from the host's environment (`nox -s release` sets SOURCE_DATE_EPOCH).
 PASSED = ("SOURCE_DATE_EPOCH", "GANTRY_COMMIT")
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
@@ -169,8 +174,18 @@ def chroot_command(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
         lines.append(f"ln -s usr/lib64 {r}/lib64")  # where x86_64 programs ask for their loader
     for path in HOST_TOOLS:
         binds.append((path, str(Path(path).resolve()), True))
-    for tool, source in CROSS_TOOLS.items():
-        binds.append((f"{CROSS_BIN}/{tool}", str(Path(source).resolve()), True))
+    links = {f"{CROSS_BIN}/gcc": f"/usr/bin/{CROSS}-gcc"}
+    for program in sorted(glob.glob(CROSS_PROGRAMS)):
+        if os.path.islink(program):
+            links[program] = os.readlink(program)
+        else:
+            binds.append((program, program, True))
+    binds.append((f"{CROSS_BIN}/ccache", str(Path(HOST_CCACHE).resolve()), True))
+    for link, target in links.items():
+        at = ROOTFS / link.lstrip("/")
+        if not at.is_symlink() or os.readlink(at) != target:
+            lines.append(f"mkdir -p {shlex.quote(str(at.parent))}; "
+                         f"ln -sfn {shlex.quote(target)} {shlex.quote(str(at))}")
     for target, source, ro in binds:
         at = f"{r}{shlex.quote(target)}"
         make = f"mkdir -p {at}" if os.path.isdir(source) else (
