@@ -30,6 +30,18 @@ Steps, each timed (printed at the end, appended to build/.work/gantry-linux-arm6
    (and its git directory) bind-mounted at the same path, so commit, build date and ccache's
    base dir are what the amd64 build sees. Its output is split into Nuitka's phases by the lines
    that open them (PHASES).
+
+The payload's compression runs natively too. Nuitka compresses each payload file with zstd at
+level 22 (`--onefile-as-archive`), in-process: emulated, that alone would take longer than the
+rest of the build (~2 s per MB natively here, times qemu's ~30x for zstd). But it first looks
+each file up in its compression cache (`onefile-compression` in the root's Nuitka cache) by a
+key of the file's content, the compiling Python's sys.version and sys.executable, Nuitka's and
+zstandard's versions and the level. So while the emulated Nuitka runs, this script waits for the
+standalone dist to be final (the plugin has pointed the .bin at its loader) and fills that cache
+from the host: the same key (Nuitka's own Hash, with the root Python's identity), the same
+compressor (Nuitka's getCompressorFunction, the locked zstandard), largest file first, each
+entry written whole and renamed into place. Nuitka then finds every entry and only copies.
+This needs the build extra on the host too (`nox -s build-arm64` installs lock/build.txt).
 """
 
 from __future__ import annotations
@@ -225,8 +237,90 @@ def ensure_venv(env: Mapping[str, str]) -> bool:
     return True
 
 
+def root_python(env: Mapping[str, str]) -> tuple[str, str]:
+    """sys.version and sys.executable of the root's build venv Python (the cache key has them)."""
+    out = subprocess.run(chroot_command([f"{VENV}/bin/python", "-c",
+                                         "import sys; print(sys.executable); print(sys.version)"],
+                                        env), capture_output=True, text=True, check=True).stdout
+    executable, version = out.rstrip("\n").split("\n", 1)
+    return version, executable
+
+
+def payload_dir() -> Path:
+    return ROOT / "build" / ".work" / NAME / "nuitka" / "gantry_main.dist"
+
+
+def dist_is_final(dist: Path) -> bool:
+    """The plugin's last change to the standalone dist: the .bin's loader is the one in the
+    extraction dir (build/static_onefile.py, onStandaloneDistributionFinished)."""
+    sys.path.insert(0, str(ROOT / "build"))
+    from elf import elf_interpreter
+
+    binary = dist / "gantry.bin"
+    try:
+        interp = elf_interpreter(binary.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return interp is not None and interp.startswith(f"/tmp/{NAME}-")
+
+
+def prefill_compression_cache(dist: Path, python: tuple[str, str], jobs: int) -> int:
+    """Compress every payload file natively into the root's Nuitka compression cache, as the
+    emulated Nuitka would (see the module docstring); returns the number of entries written."""
+    import zstandard
+    from nuitka.tools.onefile_compressor.OnefileCompressor import (
+        getCompressorFunction,
+        getCompressorLevel,
+    )
+    from nuitka.utils.Hashing import Hash
+    from nuitka.Version import version_string
+
+    cache = ROOTFS / "root" / ".cache" / "Nuitka" / "onefile-compression"
+    cache.mkdir(parents=True, exist_ok=True)
+    _flag, compressor = getCompressorFunction(expect_compression=True, low_memory=False,
+                                              job_limit=jobs)
+    files = [p for p in dist.rglob("*") if p.is_file() and not p.is_symlink()]
+    written = 0
+    for path in sorted(files, key=lambda p: -p.stat().st_size):
+        key = Hash()
+        key.updateFromFile(filename=str(path))
+        key.updateFromValues(*python)
+        key.updateFromValues(version_string)
+        key.updateFromValues(zstandard.__version__, getCompressorLevel(False))
+        entry = cache / key.asHexDigest()
+        if entry.exists():
+            continue
+        partial = entry.with_name(entry.name + f".{os.getpid()}.part")
+        with open(path, "rb") as source, open(partial, "wb") as out, compressor(out) as packed:
+            shutil.copyfileobj(source, packed)
+        os.replace(partial, entry)
+        written += 1
+    return written
+
+
 def build(env: Mapping[str, str], extra: Sequence[str]) -> dict[str, float]:
     """build/build.py in the root; returns seconds per phase of its output."""
+    import threading
+
+    python = root_python(env)
+    jobs = os.cpu_count() or 2
+    if any(a.startswith("--jobs") for a in extra):
+        raise SystemExit("build-arm64: --jobs is the machine's CPU count here (the "
+                         "compression cache key does not have it, the compressor does)")
+    dist, done = payload_dir(), threading.Event()
+
+    def prefill() -> None:
+        while not done.wait(2.0):
+            if dist_is_final(dist):
+                t = time.monotonic()
+                n = prefill_compression_cache(dist, python, jobs)
+                log(f"compressed {n} payload files natively in {time.monotonic() - t:.0f} s")
+                return
+
+    if dist.exists():
+        shutil.rmtree(dist)  # a previous build's final dist must not start the prefill
+    helper = threading.Thread(target=prefill, daemon=True)
+    helper.start()
     cmd = chroot_command([f"{VENV}/bin/python", str(ROOT / "build" / "build.py"),
                           "--name", NAME, *extra], env)
     marks: dict[str, float] = {}
@@ -239,8 +333,11 @@ def build(env: Mapping[str, str], extra: Sequence[str]) -> dict[str, float]:
         for phase, opening in PHASES:
             if phase not in marks and line.startswith(opening):
                 marks[phase] = time.monotonic()
-    if proc.wait():
-        raise SystemExit(f"build-arm64: build/build.py failed (rc {proc.returncode})")
+    rc = proc.wait()
+    done.set()
+    helper.join()
+    if rc:
+        raise SystemExit(f"build-arm64: build/build.py failed (rc {rc})")
     end = time.monotonic()
     order = [(p, marks[p]) for p, _ in PHASES if p in marks]
     phases = {"setup": (order[0][1] if order else end) - start}
@@ -253,6 +350,11 @@ def main(argv: list[str] | None = None) -> int:
     extra = list(sys.argv[1:] if argv is None else argv)
     if extra == ["--emulation"]:
         host_setup()
+        return 0
+    if extra == ["--prefill-compression"]:  # for a build started without it (or rerun)
+        env = host_setup()
+        log(f"{prefill_compression_cache(payload_dir(), root_python(env), os.cpu_count() or 2)}"
+            " payload files compressed natively")
         return 0
     steps: dict[str, float] = {}
     t = time.monotonic()
