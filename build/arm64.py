@@ -253,8 +253,7 @@ def payload_dir() -> Path:
 def dist_is_final(dist: Path) -> bool:
     """The plugin's last change to the standalone dist: the .bin's loader is the one in the
     extraction dir (build/static_onefile.py, onStandaloneDistributionFinished)."""
-    sys.path.insert(0, str(ROOT / "build"))
-    from elf import elf_interpreter
+    from elf import elf_interpreter  # build/elf.py: build/ is sys.path[0] for this script
 
     binary = dist / "gantry.bin"
     try:
