@@ -70,7 +70,8 @@ CROSS = "aarch64-linux-gnu"
 # files (the root's libpython links against them), git (build info), CA certificates (pip).
 PACKAGES = ("python3", "python3-venv", "python3-dev", "libc6-dev", "ca-certificates", "git")
 HOST_PACKAGES = {"qemu-aarch64-static": "qemu-user-static", "update-binfmts": "binfmt-support",
-                 "mmdebstrap": "mmdebstrap", f"{CROSS}-gcc": f"gcc-{CROSS}", "ccache": "ccache"}
+                 "mmdebstrap": "mmdebstrap", f"{CROSS}-gcc": f"gcc-{CROSS}",
+                 f"{CROSS}-g++": f"g++-{CROSS}", "ccache": "ccache"}
 VENV = "/opt/gantry-build"
 # The host's toolchain, bind-mounted (read-only) at the same paths: the cross gcc's programs
 # and aarch64 glibc, and the x86_64 loader and libraries they (and ccache) run on. None of
@@ -80,8 +81,10 @@ HOST_TOOLS = ("/usr/lib/gcc-cross", f"/usr/{CROSS}", "/usr/lib64",
 # The cross programs themselves, /usr/bin/aarch64-linux-gnu-*, at their host paths (no arm64
 # package has such names): a cross gcc finds cc1 and its LTO plugin relative to where it is
 # (/usr/bin next to /usr/lib/gcc-cross), and /usr/aarch64-linux-gnu/bin/{as,ld,strip,...} are
-# links to them. First on PATH in the root: `gcc`, a link to the cross gcc, and `ccache`, the
-# host's (Nuitka finds both by name); then /usr/aarch64-linux-gnu/bin for `strip`.
+# links to them. First on PATH in the root: `gcc` and `g++`, links to the cross compilers, and
+# `ccache`, the host's (Nuitka finds them by name; Nuitka's trimmed SCons picks its linker tool
+# by finding g++ when CXX is set, and fails on 'ilink' without one, so g++ must be there even
+# though only C is compiled); then /usr/aarch64-linux-gnu/bin for `strip`.
 CROSS_PROGRAMS = f"/usr/bin/{CROSS}-*"
 CROSS_BIN = "/opt/gantry-cross/bin"
 HOST_CCACHE = "/usr/bin/ccache"
@@ -186,7 +189,7 @@ def chroot_command(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
         lines.append(f"ln -s usr/lib64 {r}/lib64")  # where x86_64 programs ask for their loader
     for path in HOST_TOOLS:
         binds.append((path, str(Path(path).resolve()), True))
-    links = {f"{CROSS_BIN}/gcc": f"/usr/bin/{CROSS}-gcc"}
+    links = {f"{CROSS_BIN}/{cc}": f"/usr/bin/{CROSS}-{cc}" for cc in ("gcc", "g++")}
     for program in sorted(glob.glob(CROSS_PROGRAMS)):
         if os.path.islink(program):
             links[program] = os.readlink(program)
