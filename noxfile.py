@@ -1,5 +1,6 @@
 """Every developer task: `nox -s ci` (what CI runs), `tests`, `lint`, `run`, `build`, `binary`,
-`systemd`, `bench`; the lock (`lock`, `outdated`) and `release -- X.Y.Z` (docs/releasing.md).
+`systemd`, `bench`; linux/arm64 under emulation (`build-arm64`, `binary-arm64`; not in `ci`);
+the lock (`lock`, `outdated`) and `release -- X.Y.Z` (docs/releasing.md).
 
 Every session installs exactly the versions in uv.lock, through the hash-checked exports in
 lock/ (one per environment, all from the same resolution): no session resolves anything."""
