@@ -15,9 +15,11 @@ of them). It needs root on the host (CI and dev boxes run as root).
 
 A binary for another machine (dist/gantry-linux-arm64 on an x86_64 host) runs the same way
 under the host's binfmt_misc emulator (qemu-user, set up by ``python build/arm64.py
---emulation``): its interpreter is bind-mounted into the root at the path binfmt_misc names,
-and QEMU_CPU (neoverse-n1 unless set) is added to the environment. The rootfs itself has no
-ELF file for any machine, so the same one serves both.
+--emulation``): QEMU_CPU (neoverse-n1 unless set) is added to the environment, and the
+interpreter is bind-mounted into the root at the path binfmt_misc names (Debian registers qemu
+with the F flag, which opens it at registration, so there it is not needed; a registration
+without F would look for it inside the root). The rootfs itself has no ELF file for any
+machine, so the same one serves both.
 
 Used by ``tests/binary`` and ``bench/binary.py``; the module has no pytest dependency.
 """
