@@ -1,7 +1,7 @@
 """The sandbox runs another machine's static program the way `nox -s binary-arm64` runs
 dist/gantry-linux-arm64 (issue 43): through binfmt_misc's emulator, with QEMU_CPU, in the
-ELF-free root, as uid 65532 on a read-only root. Checked with the static MCP fixture cross-compiled for aarch64,
-so the harness is proven without the (slow) arm64 build."""
+ELF-free root, as uid 65532 on a read-only root. Checked with the static MCP fixture
+cross-compiled for aarch64, so the harness is proven without the (slow) arm64 build."""
 
 from __future__ import annotations
 
