@@ -81,12 +81,14 @@ HOST_TOOLS = ("/usr/lib/gcc-cross", f"/usr/{CROSS}", "/usr/lib64",
 # The cross programs themselves, /usr/bin/aarch64-linux-gnu-*, at their host paths (no arm64
 # package has such names): a cross gcc finds cc1 and its LTO plugin relative to where it is
 # (/usr/bin next to /usr/lib/gcc-cross), and /usr/aarch64-linux-gnu/bin/{as,ld,strip,...} are
-# links to them. First on PATH in the root: `gcc` and `g++`, links to the cross compilers, and
-# `ccache`, the host's (Nuitka finds them by name; Nuitka's trimmed SCons picks its linker tool
-# by finding g++ when CXX is set, and fails on 'ilink' without one, so g++ must be there even
-# though only C is compiled); then /usr/aarch64-linux-gnu/bin for `strip`.
+# links to them. In /usr/local/bin of the root, first on PATH: `gcc` and `g++`, links to the
+# cross compilers, and `ccache`, the host's (Nuitka finds them by name). It must be a directory
+# on SCons' own default PATH (/usr/local/bin:/opt/bin:/bin:/usr/bin): SCons' default
+# environment, made during the build with that PATH, looks for gcc/g++ to pick its linker tool
+# and fails on 'ilink' (not in Nuitka's trimmed copy) when it finds neither — the first two
+# full builds died there. Then /usr/aarch64-linux-gnu/bin for `strip`.
 CROSS_PROGRAMS = f"/usr/bin/{CROSS}-*"
-CROSS_BIN = "/opt/gantry-cross/bin"
+CROSS_BIN = "/usr/local/bin"
 HOST_CCACHE = "/usr/bin/ccache"
 # Build inputs taken from the host's environment (`nox -s release` sets SOURCE_DATE_EPOCH).
 PASSED = ("SOURCE_DATE_EPOCH", "GANTRY_COMMIT")
@@ -208,7 +210,7 @@ def chroot_command(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
         lines += [make, f"mount --bind {shlex.quote(source)} {at}"]
         if ro:
             lines.append(f"mount -o remount,bind,ro {at}")
-    full_env = {"PATH": f"{CROSS_BIN}:/usr/{CROSS}/bin:{VENV}/bin:/usr/local/bin:/usr/bin:/bin",
+    full_env = {"PATH": f"{CROSS_BIN}:/usr/{CROSS}/bin:{VENV}/bin:/usr/bin:/bin",
                 "HOME": "/root", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
                 **{k: v for k, v in os.environ.items() if k.startswith("PIP_") or k in PASSED},
                 **env}
