@@ -1,5 +1,6 @@
 """Every developer task: `nox -s ci` (what CI runs), `tests`, `lint`, `run`, `build`, `binary`,
-`systemd`, `bench`; the lock (`lock`, `outdated`) and `release -- X.Y.Z` (docs/releasing.md).
+`systemd`, `bench`; linux/arm64 under emulation (`build-arm64`, `binary-arm64`; not in `ci`);
+the lock (`lock`, `outdated`) and `release -- X.Y.Z` (docs/releasing.md).
 
 Every session installs exactly the versions in uv.lock, through the hash-checked exports in
 lock/ (one per environment, all from the same resolution): no session resolves anything."""
@@ -12,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import nox
@@ -86,6 +88,15 @@ def build(session: nox.Session) -> None:
     session.run("python", "build/build.py", *session.posargs)
 
 
+@nox.session(name="build-arm64")
+def build_arm64(session: nox.Session) -> None:
+    """dist/gantry-linux-arm64 (+ .sha256, .cdx.json) on an x86_64 host: build/build.py under
+    qemu-user in a cached Debian arm64 root, C compiler and payload compression native
+    (build/arm64.py, which uses the build extra here for the latter; needs root; not in `ci`)."""
+    install_locked(session, "build", project=False)
+    session.run("python", "build/arm64.py", *session.posargs)
+
+
 @nox.session
 def binary(session: nox.Session) -> None:
     """Smoke-test dist/gantry inside a distroless-like root filesystem and as an image in a
@@ -95,6 +106,36 @@ def binary(session: nox.Session) -> None:
     install_locked(session, "test")
     session.run("python", "-m", "pytest", "-m", "binary", "tests/binary", *session.posargs,
                 env={"GANTRY_REQUIRE_BINARY": "1"})
+
+
+ARM64 = ROOT / "dist" / "gantry-linux-arm64"
+# What `binary-arm64` runs of tests/binary/test_binary.py against the arm64 binary under
+# qemu-user (the same tests as for dist/gantry, the binary named by GANTRY_BINARY_NAME): the
+# file is static, the root distroless-like, version (--json: linux-aarch64 and the SBOM's
+# list) and status, stdio turns against the fake model under LANG/TZ/uid variants, a stdio MCP
+# server; all as uid 65532 on a read-only root.
+SMOKE_TESTS = ("statically_linked", "distroless_like", "embedded_build_info",
+               "what_the_sbom_lists", "status_fails_before", "answers_over_stdio",
+               "under_any_environment", "static_mcp_child")
+
+
+def smoke_test(session: nox.Session, name: str, *args: str) -> None:
+    """The smoke selection of tests/binary against dist/NAME (emulated if foreign)."""
+    session.run("python", "-m", "pytest", "-m", "binary", "tests/binary/test_binary.py",
+                "-k", " or ".join(SMOKE_TESTS), *args,
+                env={"GANTRY_REQUIRE_BINARY": "1", "GANTRY_BINARY_NAME": name,
+                     "QEMU_CPU": os.environ.get("QEMU_CPU", "neoverse-n1")})
+
+
+@nox.session(name="binary-arm64")
+def binary_arm64(session: nox.Session) -> None:
+    """Smoke-test dist/gantry-linux-arm64 under qemu-user in the distroless-like root (needs
+    root; sets up binfmt_misc like build-arm64; slow, so not part of `ci`)."""
+    if not ARM64.exists():
+        session.error("dist/gantry-linux-arm64 is missing: run `nox -s build-arm64` first")
+    install_locked(session, "test")
+    session.run(sys.executable, "build/arm64.py", "--emulation", external=True)
+    smoke_test(session, ARM64.name, *session.posargs)
 
 
 @nox.session
@@ -236,9 +277,10 @@ def _git(*args: str) -> str:
 
 @nox.session
 def release(session: nox.Session) -> None:
-    """`nox -s release -- X.Y.Z`: write gantry/VERSION, commit, build dist/gantry with its
-    SBOM and checksums (SOURCE_DATE_EPOCH = the release commit's time, so a rebuild of the tag
-    matches), and tag vX.Y.Z. Nothing is pushed (docs/releasing.md)."""
+    """`nox -s release -- X.Y.Z`: write gantry/VERSION, commit, build dist/gantry and
+    dist/gantry-linux-arm64 with their SBOMs and checksums (SOURCE_DATE_EPOCH = the release
+    commit's time, so a rebuild of the tag matches), smoke-test both (arm64 under qemu-user),
+    and tag vX.Y.Z. Nothing is pushed (docs/releasing.md)."""
     if len(session.posargs) != 1 or not SEMVER.fullmatch(session.posargs[0]):
         session.error("usage: nox -s release -- X.Y.Z")
     version = session.posargs[0]
@@ -255,7 +297,12 @@ def release(session: nox.Session) -> None:
     epoch = _git("log", "-1", "--format=%ct")
     install_locked(session, "build")
     session.run("python", "build/build.py", env={"SOURCE_DATE_EPOCH": epoch})
+    session.run("python", "build/arm64.py", env={"SOURCE_DATE_EPOCH": epoch})
+    install_locked(session, "test")
+    for name in (DIST.name, ARM64.name):
+        smoke_test(session, name)
     session.run("git", "-C", str(ROOT), "tag", "-a", tag, "-m", f"gantry {version}",
                 external=True)
-    session.log(f"tagged {tag} (not pushed). Publish dist/gantry, dist/gantry.sha256 and "
-                f"dist/gantry.cdx.json; then `git push origin {tag}` (docs/releasing.md).")
+    session.log(f"tagged {tag} (not pushed). Publish dist/gantry and dist/gantry-linux-arm64, "
+                "each with its .sha256 and .cdx.json; then "
+                f"`git push origin {tag}` (docs/releasing.md).")

@@ -167,9 +167,23 @@ def lean_configs() -> list[Path]:
     return list(LEAN_CONFIGS.values())
 
 
-def tempdir_spec(version: str, commit: str) -> str:
+def tempdir_spec(version: str, commit: str, name: str = "gantry") -> str:
+    """The extraction dir: per artifact name too, so binaries for two machines built from one
+    commit (one of them emulated) never unpack into each other's directory on one host."""
     tag = f"{version}-{commit[:12]}" if commit and commit != "unknown" else version
-    return f"{TEMPDIR_PARENT}/gantry-{re.sub(r'[^A-Za-z0-9._-]', '_', tag)}"
+    return f"{TEMPDIR_PARENT}/{name}-{re.sub(r'[^A-Za-z0-9._-]', '_', tag)}"
+
+
+def use_workroot(path: Path) -> None:
+    """Put every intermediate under `path` instead of build/.work (`--name`: a cross build
+    in the same checkout keeps its own stage, Nuitka dir, configurations and timings)."""
+    global WORKROOT, STAGE, WORK, TIMINGS, CARRIED_JSON, MCP_LEAN_CONFIG
+    WORKROOT = path
+    STAGE, WORK, TIMINGS = path / "stage", path / "nuitka", path / "timings.jsonl"
+    CARRIED_JSON = path / "carried.json"
+    MCP_LEAN_CONFIG = path / MCP_LEAN_CONFIG.name
+    for module, config in LEAN_CONFIGS.items():
+        LEAN_CONFIGS[module] = path / config.name
 
 
 def nuitka_command(
@@ -337,9 +351,10 @@ def web_stack_in(report: Path) -> list[str]:
     return sorted(tops & set(WEB_STACK))
 
 
-def inventory(report: Path, dist: Path, info: dict[str, str]) -> None:
-    """dist/gantry.cdx.json and dist/gantry.sha256, after checking that the list the payload
-    carries for `gantry version --json` names what the compilation report names."""
+def inventory(report: Path, dist: Path, info: dict[str, str], name: str = "gantry") -> None:
+    """dist/NAME.cdx.json and dist/NAME.sha256 (NAME: gantry, or the cross build's), after
+    checking that the list the payload carries for `gantry version --json` names what the
+    compilation report names."""
     import sbom
 
     sbom.check_agrees(sbom.report_distributions(report),
@@ -347,20 +362,24 @@ def inventory(report: Path, dist: Path, info: dict[str, str]) -> None:
     carried = json.loads(CARRIED_JSON.read_text())
     import nuitka.Version as nv
 
-    unowned = sbom.write_sbom(dist / "gantry.cdx.json", report, carried, info,
-                              platform.python_version(), nv.getNuitkaVersion())
+    unowned = sbom.write_sbom(dist / f"{name}.cdx.json", report, carried, info,
+                              platform.python_version(), nv.getNuitkaVersion(), name)
     if unowned:
         print(f"build: WARNING no Debian package owns {', '.join(unowned)} (not in the SBOM)")
-    sums = [f"{hashlib.sha256((dist / name).read_bytes()).hexdigest()}  {name}\n"
-            for name in ("gantry", "gantry.cdx.json")]
-    (dist / "gantry.sha256").write_text("".join(sums))
-    print(f"build: dist/gantry.sha256, dist/gantry.cdx.json "
-          f"({len(json.loads((dist / 'gantry.cdx.json').read_text())['components'])} components)")
+    sums = [f"{hashlib.sha256((dist / file).read_bytes()).hexdigest()}  {file}\n"
+            for file in (name, f"{name}.cdx.json")]
+    (dist / f"{name}.sha256").write_text("".join(sums))
+    components = json.loads((dist / f"{name}.cdx.json").read_text())["components"]
+    print(f"build: dist/{name}.sha256, dist/{name}.cdx.json ({len(components)} components)")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dist", type=Path, default=ROOT / "dist", help="output dir (dist/)")
+    ap.add_argument("--name", default="gantry",
+                    help="artifact name: dist/NAME, NAME.sha256, NAME.cdx.json, ...; another "
+                    "name than gantry also keeps intermediates in build/.work/NAME "
+                    "(the cross build: docs/packaging.md)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--nuitka-arg", action="append", default=[], metavar="ARG",
                     help="extra Nuitka option (experiments; repeatable)")
@@ -368,10 +387,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="print the Nuitka command line and exit")
     args = ap.parse_args(argv)
 
+    name: str = args.name
+    if not re.fullmatch(r"gantry[A-Za-z0-9._-]*", name):
+        raise SystemExit(f"build: --name must start with gantry (got {name!r})")
+    if name != "gantry":
+        use_workroot(WORKROOT / name)
     info = build_info()
-    spec = tempdir_spec(info["version"], info["commit"])
+    spec = tempdir_spec(info["version"], info["commit"], name)
     dist: Path = args.dist.resolve()
-    report = dist / "gantry-compilation-report.xml"
+    report = dist / f"{name}-compilation-report.xml"
     cmd = nuitka_command(sys.executable, STAGE / "gantry_main.py", spec, WORK, report, args.jobs)
     cmd[-1:-1] = args.nuitka_arg
     if args.print_command:
@@ -401,17 +425,17 @@ def main(argv: list[str] | None = None) -> int:
               "compilation report and keep it lazy (build/mcp_lean.py)", file=sys.stderr)
         return 1
     produced = WORK / "gantry"
-    tmp = dist / ".gantry.new"
+    tmp = dist / f".{name}.new"
     shutil.copy2(produced, tmp)
-    os.replace(tmp, dist / "gantry")
-    inventory(report, dist, info)
-    shutil.copy2(WORK / "nuitka.log", dist / "gantry-build.log")
+    os.replace(tmp, dist / name)
+    inventory(report, dist, info, name)
+    shutil.copy2(WORK / "nuitka.log", dist / f"{name}-build.log")
     total = time.perf_counter() - t0
     unpacked = WORK / "gantry_main.dist"
     record = {
         **info,
         "tempdir_spec": spec,
-        "size_bytes": (dist / "gantry").stat().st_size,
+        "size_bytes": (dist / name).stat().st_size,
         "payload_bytes": sum(f.stat().st_size for f in unpacked.rglob("*") if f.is_file()),
         "wall_s": round(total, 1),
         "nuitka_s": round(t2 - t1, 1),
@@ -421,10 +445,10 @@ def main(argv: list[str] | None = None) -> int:
         "kind": "cold" if ccache.get("cache hit", 0) < ccache.get("cache miss", 0) else "warm",
         "finished": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
     }
-    (dist / "gantry-build.json").write_text(json.dumps(record, indent=2) + "\n")
+    (dist / f"{name}-build.json").write_text(json.dumps(record, indent=2) + "\n")
     with open(TIMINGS, "a") as fh:
         fh.write(json.dumps(record) + "\n")
-    print(f"build: dist/gantry {record['size_bytes'] / 1e6:.1f} MB "
+    print(f"build: dist/{name} {record['size_bytes'] / 1e6:.1f} MB "
           f"(unpacks to {record['payload_bytes'] / 1e6:.1f} MB) in {total:.0f} s "
           f"({record['kind']}, ccache {ccache})")
     return 0

@@ -146,9 +146,11 @@ def system_libraries(report: Path, carried: Mapping[str, str]) -> list[str]:
     return sorted({p for p in paths if p.startswith("/")} | set(carried.values()))
 
 
-def build_bom(info: Mapping[str, str], parts: list[Part], python: str, nuitka: str) -> str:
-    """The SBOM as CycloneDX 1.6 JSON; serial number and timestamp follow from the build info,
-    so two builds of a commit with one SOURCE_DATE_EPOCH write the same file."""
+def build_bom(info: Mapping[str, str], parts: list[Part], python: str, nuitka: str,
+              artifact: str = MAIN) -> str:
+    """The SBOM as CycloneDX 1.6 JSON; serial number and timestamp follow from the build info
+    (and the artifact's name, so each machine's binary has its own serial), so two builds of
+    a commit with one SOURCE_DATE_EPOCH write the same file."""
     from cyclonedx.contrib.license.factories import LicenseFactory
     from cyclonedx.model import Property
     from cyclonedx.model.bom import Bom, BomMetaData
@@ -190,7 +192,8 @@ def build_bom(info: Mapping[str, str], parts: list[Part], python: str, nuitka: s
     bom = Bom(
         components=components,
         serial_number=uuid.uuid5(uuid.NAMESPACE_URL,
-                                 f"gantry:{info['version']}:{info['commit']}:{when.isoformat()}"),
+                                 f"{artifact}:{info['version']}:{info['commit']}:"
+                                 f"{when.isoformat()}"),
         metadata=BomMetaData(component=main, timestamp=when),
     )
     bom.register_dependency(main, components)  # all of them are inside the one file
@@ -211,9 +214,10 @@ def check_agrees(report_names: list[str], payload_list: Path) -> None:
 
 
 def write_sbom(out: Path, report: Path, carried: Mapping[str, str], info: Mapping[str, str],
-               python: str, nuitka: str) -> list[str]:
-    """dist/gantry.cdx.json; returns the system library paths no Debian package owns."""
+               python: str, nuitka: str, artifact: str = MAIN) -> list[str]:
+    """dist/gantry.cdx.json (or ARTIFACT.cdx.json); returns the system library paths no Debian
+    package owns."""
     names = report_distributions(report)
     debs, unowned = debian_parts(system_libraries(report, carried))
-    out.write_text(build_bom(info, python_parts(names) + debs, python, nuitka))
+    out.write_text(build_bom(info, python_parts(names) + debs, python, nuitka, artifact))
     return unowned

@@ -4,6 +4,7 @@ binaries ask for (build/elf.py), whatever the machine, class or byte order of th
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import struct
 import sys
@@ -62,6 +63,19 @@ def test_the_loader_is_read_from_the_binary_on_any_platform(
     assert elf.elf_interpreter(fake_elf(machine, None, wide, little)) is None  # static
 
 
+@pytest.mark.parametrize(("machine", "name"), [(EM_X86_64, "x86_64"), (EM_AARCH64, "aarch64")])
+def test_the_smoke_test_knows_the_machine_a_binary_is_for(
+        tmp_path: Path, machine: int, name: str) -> None:
+    """tests/binary/rootfs.py reads it to decide on emulation (issue 43)."""
+    from tests.binary.rootfs import binary_machine, emulator_for
+
+    path = tmp_path / "bin"
+    path.write_bytes(fake_elf(machine, None))
+    assert binary_machine(path) == name
+    if name == os.uname().machine:
+        assert emulator_for(name) is None  # the host runs its own binaries
+
+
 def test_not_an_elf_is_an_error() -> None:
     with pytest.raises(ValueError, match="not an ELF"):
         elf.elf_interpreter(b"#!/bin/sh\n")
@@ -74,12 +88,22 @@ def test_the_running_interpreter_names_its_own_loader() -> None:
     assert Path(loader).exists()
 
 
+# The one build file that is about a platform: the arm64 cross-build driver (issue 43), which
+# runs build/build.py unchanged inside an arm64 root.
+CROSS_DRIVER = "arm64.py"
+
+
 def test_build_names_no_platform() -> None:
-    """No architecture, triplet or loader name is written into the build (issue 25)."""
+    """No architecture, triplet or loader name is written into the build (issue 25): not in
+    build/ (the arm64 driver aside) and not in the Dockerfile's builder; the Dockerfile's
+    prebuilt-binary stages (dist-amd64, dist-arm64) are named after the arch they serve."""
     pattern = re.compile(r"x86[_-]64|amd64|aarch64|arm64|ld-linux|lib64|linux-gnu", re.I)
     found = [f"{path.name}:{n}" for path in sorted((ROOT / "build").glob("*.[pc]*"))
-             if path.suffix in (".py", ".c")
+             if path.suffix in (".py", ".c") and path.name != CROSS_DRIVER
              for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
-    dockerfile = [line for line in (ROOT / "Dockerfile.distroless").read_text().splitlines()
-                  if pattern.search(line) and not line.lstrip().startswith("#")]
+    lines = [line for line in (ROOT / "Dockerfile.distroless").read_text().splitlines()
+             if not line.lstrip().startswith("#")]
+    builder = lines[:next(i for i, line in enumerate(lines) if line.startswith("FROM scratch"))]
+    dockerfile = [line for line in builder if pattern.search(line)]
     assert found == [] and dockerfile == []
+    assert any(line.startswith("FROM python:") for line in builder)

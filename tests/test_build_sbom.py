@@ -76,6 +76,20 @@ def test_the_sbom_is_cyclonedx_and_the_same_for_the_same_build() -> None:
     assert sbom.build_bom({**INFO, "commit": "other"}, parts, "3.11.7", "4.3.3") != one
 
 
+def test_each_machines_sbom_has_its_own_serial_number() -> None:
+    """The arm64 binary of a commit is another artifact than the amd64 one: another serial
+    (issue 43); the amd64 one's is what it always was (uuid5 of gantry:VERSION:COMMIT:DATE)."""
+    import uuid
+
+    parts = sbom.python_parts(["msgspec"])
+    amd64 = json.loads(sbom.build_bom(INFO, parts, "3.11.7", "4.3.3"))
+    arm64 = json.loads(sbom.build_bom(INFO, parts, "3.11.2", "4.3.3", "gantry-linux-arm64"))
+    when = "2023-11-14T22:13:20+00:00"
+    seed = f"gantry:{INFO['version']}:{INFO['commit']}:{when}"
+    assert amd64["serialNumber"] == uuid.uuid5(uuid.NAMESPACE_URL, seed).urn
+    assert arm64["serialNumber"] != amd64["serialNumber"]
+
+
 def test_payload_list_and_report_must_agree(tmp_path: Path) -> None:
     listed = tmp_path / "distributions.json"
     listed.write_text(json.dumps({"aiogram": "3.31.0", "attrs": "1"}))

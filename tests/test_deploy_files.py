@@ -81,6 +81,10 @@ def test_build_constants_agree_with_smoke_test() -> None:
     assert spec == f"{build.TEMPDIR_PARENT}/gantry-1.2.3-0123456789ab"
     assert build.TEMPDIR_PARENT == "/tmp"
     assert build.tempdir_spec("1.2.3", "unknown") == "/tmp/gantry-1.2.3"
+    # another artifact (the arm64 binary) never shares the amd64 one's extraction dir
+    arm64 = _load_arm64().NAME
+    assert build.tempdir_spec("1.2.3", "0123456789abcdef", arm64) == \
+        f"/tmp/{arm64}-1.2.3-0123456789ab"
 
 
 def test_build_extra_pins_the_nuitka_the_script_expects() -> None:
@@ -181,7 +185,7 @@ def test_dockerfile_final_stage_is_distroless_nonroot() -> None:
     final = _stages()[-1]
     assert final[0] == "FROM gcr.io/distroless/static-debian12:nonroot"
     copies = [i for i in final if i.startswith("COPY ")]
-    assert copies == [f"COPY --from=builder /src/dist/gantry {INSTALL}"]
+    assert copies == [f"COPY --from=binary /src/dist/gantry {INSTALL}"]
     builder = _stages()[0]
     assert "WORKDIR /src" in builder
     assert "USER nonroot" in final
@@ -192,6 +196,33 @@ def test_dockerfile_final_stage_is_distroless_nonroot() -> None:
     assert len(health) == 1
     assert health[0].endswith(f'CMD ["{INSTALL}", "status"]'), "exec form, full path"
     assert not [i for i in final if i.startswith(("RUN ", "SHELL "))], "no shell in distroless"
+
+
+def _load_arm64() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gantry_build_arm64", ROOT / "build/arm64.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_dockerfile_takes_the_binary_for_its_target_arch_from_dist() -> None:
+    """GANTRY_FROM=dist: each TARGETARCH's stage copies the file its nox session writes, so a
+    two-architecture image is built from the two release binaries (issue 43); the builder
+    stays the default source. The dist/ binaries are in the build context, the rest not."""
+    arm64 = _load_arm64().NAME
+    instructions = _dockerfile()
+    assert "ARG GANTRY_FROM=builder" in instructions and "ARG TARGETARCH" in instructions
+    stages = {stage[0].split()[-1]: stage for stage in _stages()}
+    assert stages["dist-amd64"] == ["FROM scratch AS dist-amd64",
+                                    "COPY dist/gantry /src/dist/gantry"]
+    assert stages["dist-arm64"] == ["FROM scratch AS dist-arm64",
+                                    f"COPY dist/{arm64} /src/dist/gantry"]
+    assert stages["dist"] == ["FROM dist-${TARGETARCH} AS dist"]
+    assert stages["binary"] == ["FROM ${GANTRY_FROM} AS binary"]
+    ignore = (ROOT / ".dockerignore").read_text().splitlines()
+    assert ignore.index("dist") < ignore.index("!dist/gantry")
+    assert f"!dist/{arm64}" in ignore
 
 
 def test_dockerfile_shows_a_static_mcp_child_stage() -> None:

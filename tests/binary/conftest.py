@@ -1,5 +1,8 @@
 """Fixtures for the frozen-binary smoke test: dist/gantry inside a distroless-like root.
 
+GANTRY_BINARY_NAME names another artifact of dist/ to test instead, with its sidecar files
+named after it (`nox -s binary-arm64`: gantry-linux-arm64, run under qemu-user).
+
 Skipped with a reason when dist/gantry is missing or this host cannot build/enter the rootfs;
 with GANTRY_REQUIRE_BINARY=1 (the `nox -s binary` session, CI) those become failures.
 """
@@ -19,8 +22,9 @@ import pytest
 from tests.binary.rootfs import RootfsUnavailable, Sandbox, ensure_base_rootfs
 
 ROOT = Path(__file__).resolve().parents[2]
-BINARY = ROOT / "dist" / "gantry"
-BUILD_JSON = ROOT / "dist" / "gantry-build.json"
+ARTIFACT = os.environ.get("GANTRY_BINARY_NAME", "gantry")
+BINARY = ROOT / "dist" / ARTIFACT
+BUILD_JSON = ROOT / "dist" / f"{ARTIFACT}-build.json"
 
 
 def _unavailable(reason: str) -> None:
@@ -32,8 +36,8 @@ def _unavailable(reason: str) -> None:
 @pytest.fixture(scope="session")
 def binary() -> Path:
     if not BINARY.exists():
-        _unavailable(f"{BINARY} does not exist: build it with `nox -s build` "
-                     "(python build/build.py)")
+        session = "build" if ARTIFACT == "gantry" else "build-arm64"
+        _unavailable(f"{BINARY} does not exist: build it with `nox -s {session}`")
     return BINARY
 
 
@@ -56,7 +60,10 @@ def sandbox(binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Sandbox:
         base = ensure_base_rootfs()
     except RootfsUnavailable as exc:
         _unavailable(f"cannot assemble the distroless-like rootfs: {exc}")
-    sb = Sandbox.create(tmp_path_factory.mktemp("distroless"), binary, base)
+    try:
+        sb = Sandbox.create(tmp_path_factory.mktemp("distroless"), binary, base)
+    except RootfsUnavailable as exc:
+        _unavailable(f"cannot run {binary.name} here: {exc}")
     probe = subprocess.run(sb.command(["/usr/local/bin/gantry", "--help"]),
                            capture_output=True, text=True, timeout=120)
     if "mount:" in probe.stderr or "unshare:" in probe.stderr:

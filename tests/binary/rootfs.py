@@ -13,6 +13,14 @@ noexec or read-only), ``/proc`` and a tiny ``/dev``, then ``chroot --userspec=65
 a clean environment that matches the image's (PATH, SSL_CERT_FILE, HOME; a test may drop any
 of them). It needs root on the host (CI and dev boxes run as root).
 
+A binary for another machine (dist/gantry-linux-arm64 on an x86_64 host) runs the same way
+under the host's binfmt_misc emulator (qemu-user, set up by ``python build/arm64.py
+--emulation``): QEMU_CPU (neoverse-n1 unless set) is added to the environment, and the
+interpreter is bind-mounted into the root at the path binfmt_misc names (Debian registers qemu
+with the F flag, which opens it at registration, so there it is not needed; a registration
+without F would look for it inside the root). The rootfs itself has no ELF file for any
+machine, so the same one serves both.
+
 Used by ``tests/binary`` and ``bench/binary.py``; the module has no pytest dependency.
 """
 
@@ -72,6 +80,36 @@ rpc:            db files
 
 netgroup:       nis
 """
+
+# The ELF header's e_machine -> uname's name, for the machines gantry ships binaries for.
+ELF_MACHINES = {62: "x86_64", 183: "aarch64"}
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
+QEMU_CPU = "neoverse-n1"  # qemu 7.2's default model emulates pointer authentication slowly
+
+
+def binary_machine(path: Path) -> str:
+    """The machine an ELF executable is for (x86_64, aarch64), from its header."""
+    with open(path, "rb") as fh:
+        head = fh.read(20)
+    if head[:4] != b"\x7fELF" or len(head) < 20:
+        raise RootfsUnavailable(f"{path} is not an ELF executable")
+    number = int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
+    return ELF_MACHINES.get(number, f"e_machine {number}")
+
+
+def emulator_for(machine: str) -> Path | None:
+    """The binfmt_misc interpreter that runs `machine`'s programs here; None when the host
+    runs them itself."""
+    if machine == os.uname().machine:
+        return None
+    entry = BINFMT / f"qemu-{machine}"
+    text = entry.read_text() if entry.is_file() else ""
+    lines = text.splitlines()
+    if not lines or lines[0] != "enabled":
+        raise RootfsUnavailable(f"no enabled binfmt_misc entry for {machine} binaries "
+                                "(python build/arm64.py --emulation sets one up)")
+    return Path(next(line.split(None, 1)[1] for line in lines if line.startswith("interpreter")))
+
 
 DEFAULT_CACHE = Path(os.environ.get("GANTRY_ROOTFS_CACHE", "~/.cache/gantry-rootfs")).expanduser()
 
@@ -200,6 +238,7 @@ class Sandbox:
     data: Path  # host dir bind-mounted writable at /data, owned by 65532
     tmp: Path  # host dir bind-mounted writable+exec at /tmp, mode 1777
     binds: dict[str, Path] = field(default_factory=dict)  # path in root -> host path (ro)
+    emulator: Path | None = None  # binfmt_misc interpreter for a foreign binary (see above)
 
     @classmethod
     def create(cls, workdir: Path, binary: Path, base: Path | None = None) -> Sandbox:
@@ -219,8 +258,12 @@ class Sandbox:
         tmp.mkdir()
         os.chown(data, NONROOT_UID, NONROOT_UID)
         tmp.chmod(0o1777)
+        emulator = emulator_for(binary_machine(binary))
+        if emulator is not None:  # the mount point; the emulator itself is bound at entry
+            (root / emulator.relative_to("/")).parent.mkdir(parents=True, exist_ok=True)
+            (root / emulator.relative_to("/")).touch()
         # The binary and the rest of the root belong to root, as in the image.
-        return cls(root=root, data=data, tmp=tmp)
+        return cls(root=root, data=data, tmp=tmp, emulator=emulator)
 
     def new_data_dir(self, name: str, uid: int = NONROOT_UID) -> Path:
         """A fresh host directory owned by the image user (or `uid`), to mount at /data."""
@@ -256,6 +299,8 @@ class Sandbox:
         if os.geteuid() != 0:
             raise RootfsUnavailable("entering the rootfs needs root (unshare -m, mount, chroot)")
         full_env = dict(IMAGE_ENV)
+        if self.emulator is not None:
+            full_env["QEMU_CPU"] = os.environ.get("QEMU_CPU", QEMU_CPU)
         for key, value in (env or {}).items():
             if value is None:
                 full_env.pop(key, None)
@@ -276,6 +321,9 @@ class Sandbox:
         for dev in ("null", "zero", "full", "random", "urandom"):
             lines.append(f": > {r}/dev/{dev}; mount --bind /dev/{dev} {r}/dev/{dev}")
         lines.append(f"mount -o remount,ro,bind {r}/dev")
+        if self.emulator is not None:
+            target = f"{r}{shlex.quote(str(self.emulator))}"
+            lines.append(f"mount --bind {shlex.quote(str(self.emulator.resolve()))} {target}")
         for inside, host in {**self.binds, **(binds or {})}.items():
             target = f"{r}{shlex.quote(inside)}"
             lines.append(f"mount --bind {shlex.quote(str(host))} {target}")

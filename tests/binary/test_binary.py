@@ -22,7 +22,14 @@ from typing import Any
 import pytest
 
 from tests.binary.conftest import ROOT
-from tests.binary.rootfs import CA_BUNDLE, HOST_LIBC, INSTALL_PATH, NONROOT_UID, Sandbox
+from tests.binary.rootfs import (
+    CA_BUNDLE,
+    HOST_LIBC,
+    INSTALL_PATH,
+    NONROOT_UID,
+    Sandbox,
+    binary_machine,
+)
 from tests.fakes.pki import PKI
 from tests.procs import ChildIO
 
@@ -153,16 +160,18 @@ def test_version_shows_embedded_build_info(
 
 def test_version_json_lists_what_the_sbom_lists(sandbox: Sandbox, binary: Path) -> None:
     """The bundled distributions `version --json` names are the SBOM's PyPI components, with
-    the same versions, and the checksums file matches the files next to it (issue 25)."""
+    the same versions, the platform is the binary's machine (issue 43: gantry-linux-arm64
+    says linux-aarch64), and the checksums file matches the files next to it (issue 25)."""
     r = sandbox.run([INSTALL_PATH, "version", "--json"], timeout=120)
     assert r.returncode == 0, r
     listed = json.loads(r.stdout)["distributions"]
-    bom = json.loads((binary.parent / "gantry.cdx.json").read_text())
+    assert json.loads(r.stdout)["platform"] == f"linux-{binary_machine(binary)}"
+    bom = json.loads((binary.parent / f"{binary.name}.cdx.json").read_text())
     pypi = {c["name"]: c["version"] for c in bom["components"]
             if c["purl"].startswith("pkg:pypi/") and c["type"] == "library"}
     assert listed == pypi and {"aiogram", "mcp", "pydantic", "apsw"} <= set(listed)
     assert bom["metadata"]["component"]["version"] == json.loads(r.stdout)["version"]
-    check = subprocess.run(["sha256sum", "-c", "gantry.sha256"], cwd=binary.parent,
+    check = subprocess.run(["sha256sum", "-c", f"{binary.name}.sha256"], cwd=binary.parent,
                            capture_output=True, text=True)
     assert check.returncode == 0 and check.stdout.count(": OK") == 2, check
 
@@ -693,8 +702,9 @@ def mcp_binds(tmp_path_factory: pytest.TempPathFactory, sandbox: Sandbox) -> dic
     """A static MCP server at /opt/mcp and a manifest naming it at /etc/gantry/mcp.toml."""
     from tests.fakes.mcp_servers import static_fixture
 
-    opt = tmp_path_factory.mktemp("opt-mcp")
-    shutil.copy(static_fixture(), opt / "mcp-static")
+    opt = tmp_path_factory.mktemp("opt-mcp")  # the server is for gantry's machine, as in an image
+    shutil.copy(static_fixture(binary_machine(sandbox.root / INSTALL_PATH.lstrip("/"))),
+                opt / "mcp-static")
     (opt / "mcp-static").chmod(0o755)
     opt.chmod(0o755)
     etc = tmp_path_factory.mktemp("etc-gantry-mcp")

@@ -52,7 +52,7 @@ def final_stage_dockerfile() -> str:
     lines = text.splitlines()
     start = max(i for i, ln in enumerate(lines) if ln.upper().startswith("FROM "))
     stage = "\n".join(lines[start:]) + "\n"
-    needle = f"COPY --from=builder /src/dist/gantry {INSTALL_PATH}"
+    needle = f"COPY --from=binary /src/dist/gantry {INSTALL_PATH}"
     assert stage.count(needle) == 1, "the final stage no longer copies the builder's binary"
     return stage.replace(needle, f"COPY gantry {INSTALL_PATH}")
 

@@ -28,17 +28,20 @@ NPM_PREFIX = Path(os.environ.get("GANTRY_NPM_PREFIX", ROOT / ".nox" / "npm"))
 EVERYTHING = "@modelcontextprotocol/server-everything"
 
 
-def static_fixture() -> Path:
-    """The static C fixture server, compiled once per source version."""
+def static_fixture(machine: str | None = None) -> Path:
+    """The static C fixture server, compiled once per source version; for another machine
+    than this one (aarch64) with Debian's cross compiler (gcc-aarch64-linux-gnu)."""
     source = STATIC_SRC.read_bytes()
     tag = hashlib.sha256(source).hexdigest()[:12]
     cache = Path(os.environ.get("GANTRY_TEST_CACHE", Path.home() / ".cache" / "gantry-tests"))
-    out = cache / f"mcp-static-{tag}"
+    native = machine is None or machine == os.uname().machine
+    out = cache / (f"mcp-static-{tag}" if native else f"mcp-static-{machine}-{tag}")
     if out.exists():
         return out
-    gcc = shutil.which("gcc")
+    compiler = "gcc" if native else f"{machine}-linux-gnu-gcc"
+    gcc = shutil.which(compiler)
     if gcc is None:
-        pytest.skip("gcc not found: cannot build the static MCP fixture server")
+        pytest.skip(f"{compiler} not found: cannot build the static MCP fixture server")
     cache.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(f".{os.getpid()}.tmp")
     proc = subprocess.run([gcc, "-static", "-O2", "-o", str(tmp), str(STATIC_SRC)],
