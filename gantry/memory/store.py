@@ -448,9 +448,9 @@ class MemoryStore:
             groups = self._alternates(word, stems)
             if not found and not groups:
                 groups = self._near(word, stems)
+            direct = set(found)
             for group, factor in groups:
                 alts += [(stems_of, factor) for _, stems_of in group]
-                direct = set(found)
                 for rid in self._newest(match_expr([w for w, _ in group])):
                     if rid not in direct:  # a row holding the word itself is credited once
                         coarse[rid] = coarse.get(rid, 0.0) + weight * factor
