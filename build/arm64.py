@@ -325,8 +325,10 @@ def build(env: Mapping[str, str], extra: Sequence[str]) -> dict[str, float]:
         shutil.rmtree(dist)  # a previous build's final dist must not start the prefill
     helper = threading.Thread(target=prefill, daemon=True)
     helper.start()
+    # Unbuffered: build.py echoes Nuitka's lines through a pipe, and each phase is timed by
+    # when its opening line arrives here, not when a block of them is flushed at the end.
     cmd = chroot_command([f"{VENV}/bin/python", str(ROOT / "build" / "build.py"),
-                          "--name", NAME, *extra], env)
+                          "--name", NAME, *extra], {**env, "PYTHONUNBUFFERED": "1"})
     marks: dict[str, float] = {}
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
