@@ -150,6 +150,7 @@ def ensure_rootfs(env: Mapping[str, str]) -> bool:
     for old in (fresh, ROOTFS):
         if old.exists():
             shutil.rmtree(old)
+    fresh.parent.mkdir(parents=True, exist_ok=True)  # mmdebstrap wants the parent to exist
     log(f"mmdebstrap {SUITE} arm64 into {ROOTFS.relative_to(ROOT)}")
     subprocess.run(["unshare", "-m", "--propagation", "private", "mmdebstrap",
                     "--arch=arm64", "--variant=apt", f"--include={','.join(PACKAGES)}",
