@@ -26,6 +26,9 @@ REDACTED = "[REDACTED]"
 # Secrets learnt after the redactors were made (an MCP server's header values): every
 # Redactor hides these too, so logs, `gantry check` and boot errors need no re-wiring.
 _SHARED: list[str] = []
+# Bumped whenever _SHARED changes, so each Redactor re-sorts its list once per change, not
+# once per string it looks at.
+_shared_version = 0
 
 # Attributes every LogRecord has; anything else was passed via `extra=` and is a field.
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
@@ -36,6 +39,9 @@ class Redactor:
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         self.secrets: list[str] = []
+        self._version = 0  # bumped by add(), like _shared_version
+        # (version of _SHARED and of our own list, all secrets, their JSON-escaped forms)
+        self._all: tuple[tuple[int, int], list[str], list[str]] = ((-1, -1), [], [])
         self.add(*secrets)
 
     def add(self, *secrets: str) -> None:
@@ -43,18 +49,34 @@ class Redactor:
             # Very short values would redact ordinary words; real keys are long.
             if s and len(s) >= 6 and s not in self.secrets:
                 self.secrets.append(s)
+                self._version += 1
         self.secrets.sort(key=len, reverse=True)
+
+    def _current(self) -> tuple[tuple[int, int], list[str], list[str]]:
+        """The secrets and their escaped forms, recomputed only when a list changed."""
+        cached = self._all
+        if cached[0] != (_shared_version, self._version):
+            every = (sorted({*self.secrets, *_SHARED}, key=len, reverse=True) if _SHARED
+                     else list(self.secrets))
+            encoded = ((s, json.dumps(s, ensure_ascii=False)[1:-1]) for s in every)
+            escaped = [e for s, e in encoded if e != s]
+            cached = self._all = ((_shared_version, self._version), every, escaped)
+        return cached
 
     def all(self) -> list[str]:
         """This redactor's secrets and the shared ones, longest first."""
-        if not _SHARED:
-            return self.secrets
-        return sorted({*self.secrets, *_SHARED}, key=len, reverse=True)
+        return self._current()[1]
+
+    def escaped(self) -> list[str]:
+        """The JSON-escaped forms of the secrets that json.dumps changes (quotes, \\, controls)."""
+        return self._current()[2]
 
     def text(self, s: str) -> str:
-        for secret in self.all():
+        for secret in self._current()[1]:
             if secret in s:
                 s = s.replace(secret, REDACTED)
+        if ":" not in s:  # each of the shapes below has one: most strings are done here
+            return s
         s = _BOT_URL_TOKEN.sub("bot" + REDACTED, s)
         s = strip_url_credentials(s)
         return _BARE_TOKEN.sub(REDACTED, s)
@@ -62,28 +84,35 @@ class Redactor:
     def value(self, v: Any) -> Any:
         if isinstance(v, str):
             return self.text(v)
+        if v is None or isinstance(v, _PLAIN):
+            return v
         if isinstance(v, dict):
             return {self.text(str(k)): self.value(x) for k, x in v.items()}
         if isinstance(v, list | tuple | set):
             return [self.value(x) for x in v]
-        if v is None or isinstance(v, bool | int | float):
-            return v
         return self.text(repr(v) if not isinstance(v, BaseException) else str(v))
+
+
+_PLAIN = (bool, int, float)
 
 
 def share_secrets(*secrets: str) -> None:
     """Make every Redactor (made before or after) hide `secrets` too (short ones excepted)."""
+    global _shared_version
     for s in secrets:
         if s and len(s) >= 6 and s not in _SHARED:
             _SHARED.append(s)
+            _shared_version += 1
 
 
 def unshare_secrets(*secrets: str) -> None:
     """Stop hiding `secrets` that no longer exist (an OAuth token replaced by its refresh),
     so a long-running daemon's list does not grow with every refresh."""
+    global _shared_version
     for s in secrets:
         if s in _SHARED:
             _SHARED.remove(s)
+            _shared_version += 1
 
 
 def strip_url_credentials(text: str) -> str:
@@ -105,43 +134,54 @@ def url_secrets(url: str) -> list[str]:
     return [raw, raw.partition(":")[2], unquote(raw.partition(":")[2])]
 
 
+# json.dumps(..., ensure_ascii=False, default=str) without a new encoder per line.
+_ENCODE = json.JSONEncoder(ensure_ascii=False, default=str).encode
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, then structured fields."""
 
     def __init__(self, redactor: Redactor) -> None:
         super().__init__()
         self.redactor = redactor
+        # (whole second, its "YYYY-MM-DDTHH:MM:SS"): records come many to a second; one
+        # tuple, so a thread never pairs one second with another's text.
+        self._second: tuple[int, str] = (-1, "")
 
     def fields(self, record: logging.LogRecord) -> dict[str, Any]:
-        """The record as redacted fields: what both formats print."""
+        """The record as redacted fields: what both formats print. Time and level are made
+        here from a number and a level name, so only the rest goes through the redactor."""
         try:
             message = record.getMessage()
         except Exception:  # a bad %-format in a third-party logger must not kill logging
             message = f"{record.msg!r} {record.args!r}"
+        second = int(record.created)
+        cached = self._second
+        if cached[0] != second:
+            cached = self._second = (second, time.strftime("%Y-%m-%dT%H:%M:%S",
+                                                           time.gmtime(second)))
+        text, value = self.redactor.text, self.redactor.value
         out: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": message,
+            "time": f"{cached[1]}.{int(record.msecs):03d}Z",
+            "level": _LEVEL_NAMES.get(record.levelname) or record.levelname.lower(),
+            "logger": value(record.name),  # None in a makeLogRecord({}) record
+            "message": text(message),
         }
         for key, val in record.__dict__.items():
-            if key not in _STANDARD and not key.startswith("_") and key not in out:
-                out[key] = val
+            if key not in _STANDARD and key not in out and not key.startswith("_"):
+                out[text(key)] = value(val)
         if record.exc_info and record.exc_info[1] is not None:
             exc = record.exc_info[1]
-            out["error"] = f"{type(exc).__name__}: {exc}"
+            out["error"] = text(f"{type(exc).__name__}: {exc}")
             if record.levelno >= logging.ERROR or record.levelno <= logging.DEBUG:
-                out["traceback"] = self.formatException(record.exc_info)
-        clean: dict[str, Any] = self.redactor.value(out)
-        return clean
+                out["traceback"] = text(self.formatException(record.exc_info))
+        return out
 
     def format(self, record: logging.LogRecord) -> str:
-        line = json.dumps(self.fields(record), ensure_ascii=False, default=str)
+        line: str = _ENCODE(self.fields(record))
         # Secrets may contain characters json escapes; scrub the encoded form too.
-        for secret in self.redactor.all():
-            enc = json.dumps(secret, ensure_ascii=False)[1:-1]
-            if enc != secret:
+        for enc in self.redactor.escaped():
+            if enc in line:
                 line = line.replace(enc, REDACTED)
         return line
 
@@ -165,12 +205,16 @@ def _short(value: Any) -> str:
     if isinstance(value, str):
         bare = value and not any(c.isspace() or c in '"\\,' for c in value)
         return value if bare else json.dumps(value, ensure_ascii=False)
+    if type(value) is int:  # what json.dumps gives for a plain int, without its setup
+        return int.__repr__(value)
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_short(v) for v in value) + "]"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{_short(str(k))}: {_short(v)}" for k, v in value.items()) + "}"
     return json.dumps(value, ensure_ascii=False, default=str)
 
+
+_LEVEL_NAMES = {name: name.lower() for name in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")}
 
 _LEVELS = {
     "debug": logging.DEBUG,

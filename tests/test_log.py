@@ -187,3 +187,60 @@ def test_no_log_call_uses_a_reserved_record_attribute() -> None:
                 keys = [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
                 bad += [f"{path.name}:{node.value.lineno} {k}" for k in keys if k in reserved]
     assert bad == []
+
+
+def test_secrets_learnt_later_are_hidden_by_a_formatter_already_in_use() -> None:
+    """The redactor keeps its sorted list (and the JSON-escaped forms) between lines: a
+    secret shared, added or unshared after the first line must still change the next one."""
+    buf = io.StringIO()
+    redactor = log.setup("info", [], stream=buf)
+    lg = logging.getLogger("gantry.x")
+    shared, own = 'shared-"header"-value', "own-secret-added-later"
+    lg.info("first", extra={"v": shared})
+    log.share_secrets(shared)
+    redactor.add(own)
+    try:
+        lg.info("second %s", own, extra={"v": shared})
+    finally:
+        log.unshare_secrets(shared)
+    lg.info("third", extra={"v": shared})
+    first, second, third = (json.loads(line) for line in buf.getvalue().splitlines())
+    assert first["v"] == shared and third["v"] == shared
+    assert second["v"] == log.REDACTED and second["message"] == f"second {log.REDACTED}"
+    assert json.dumps(shared)[1:-1] not in buf.getvalue().splitlines()[1]
+
+
+def test_strings_without_a_colon_skip_only_the_shape_patterns() -> None:
+    """Token and URL shapes all contain ':', so strings without one skip those patterns;
+    known secrets are still replaced in them, and strings with one still get every pattern."""
+    r = log.Redactor(["plain-secret-value"])
+    assert r.text("no colon plain-secret-value here") == f"no colon {log.REDACTED} here"
+    assert r.text(f"t {TOKEN}") == f"t {log.REDACTED}"
+    assert r.text("see https://u:p@h/x") == f"see https://{log.REDACTED}@h/x"
+    assert r.text("bot1234567:AAAAAAAAAAAA/x") == f"bot{log.REDACTED}/x"
+
+
+def test_tool_call_line_fields_and_time(stream: io.StringIO) -> None:
+    """The per-call line keeps its shape: time to the millisecond in UTC, level, logger,
+    message, then the fields in the order they were passed (the second is cached)."""
+    import re as _re
+
+    lg = logging.getLogger("gantry.tools")
+    for ms in (3, 4):
+        lg.info("tool call", extra={"tool": "st__echo", "ms": ms, "chars": 42})
+    lines = stream.getvalue().splitlines()
+    recs = [json.loads(line) for line in lines]
+    assert list(recs[0]) == ["time", "level", "logger", "message", "tool", "ms", "chars"]
+    assert recs[1] == {**recs[1], "level": "info", "logger": "gantry.tools",
+                       "message": "tool call", "tool": "st__echo", "ms": 4, "chars": 42}
+    assert all(_re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", r["time"]) for r in recs)
+    assert lines[0].startswith('{"time": "') and ', "tool": "st__echo", "ms": 3, ' in lines[0]
+
+
+def test_text_format_prints_ints_as_json_does() -> None:
+    buf = io.StringIO()
+    log.setup("info", [], stream=buf, fmt="text")
+    logging.getLogger("gantry.tools").info(
+        "tool call", extra={"tool": "st__echo", "ms": 12, "chars": -3, "ok": True, "f": 1.5})
+    assert buf.getvalue().strip().endswith(
+        "info gantry.tools: tool call tool=st__echo ms=12 chars=-3 ok=true f=1.5")
