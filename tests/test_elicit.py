@@ -281,3 +281,37 @@ async def test_telegram_only_the_author_answers_and_stop_still_stops() -> None:
             await anyio.sleep(0)
         assert not dialog.take_message(-100, 7, "/stop")  # the turn is still stopped…
     assert got[-1] == "/cancel"  # …and the question cancelled
+
+
+class SlowBot(Bot):
+    """sendMessage is recorded (the user can see it) before its response comes back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = anyio.Event()
+
+    async def send_message(self, **kw: Any) -> Any:
+        self.sent.append(kw)
+        await self.release.wait()
+        return type("M", (), {"message_id": len(self.sent)})()
+
+
+@pytest.mark.anyio
+async def test_telegram_an_answer_polled_before_the_send_returns_is_taken() -> None:
+    bot = SlowBot()
+    dialog = TelegramDialog(bot)
+    author = Caller("telegram", "5", "5")
+    got: list[str] = []
+    async with anyio.create_task_group() as tg:
+        dialog.start(tg)
+
+        async def ask() -> None:
+            got.append(await dialog.ask(author, Question("City?", (), True)))
+
+        tg.start_soon(ask)
+        while not bot.sent:
+            await anyio.sleep(0)
+        assert dialog.take_message(5, 5, "/cancel")  # an answer, not a message for the model
+        bot.release.set()
+    assert got == ["/cancel"]
+    assert not dialog.take_message(5, 5, "later")  # closed once answered

@@ -71,9 +71,11 @@ class TelegramDialog:
         lock = self._locks.setdefault(chat, anyio.Lock())
         async with lock:
             op = _Open(user, secrets.token_hex(6), question)
-            op.message_id = await self._send(chat, op)
+            # Open before the send: the user's answer can be polled while sendMessage's
+            # response is still on its way back.
             self._open[chat] = op
             try:
+                op.message_id = await self._send(chat, op)
                 await op.done.wait()
             finally:
                 del self._open[chat]
