@@ -42,6 +42,7 @@ import shutil
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,6 +102,21 @@ NOFOLLOW = (
     # mcp's HTTP server half. build/mcp_lean.py moves its imports out of the module level of
     # the low-level server that `gantry mcp-memory` runs; Nuitka follows function-level imports
     # too, so they are also kept from being followed here (MCP_WEB_MODULES, below).
+)
+# Standard-library modules Nuitka carries "as non-excluded parts of the standard library"
+# (~1.3 MB of bytecode in the payload) that nothing in the binary imports: in the compilation
+# report each has no importer but the others here (or a branch for another OS: sysconfig's
+# _aix_support/_osx_support), and none is imported by name in gantry or its dependencies
+# (docs/packaging.md, "Container memory"). multiprocessing comes with Nuitka's always-on
+# multiprocessing plugin, for anyio.to_process, which gantry never uses: the plugin is
+# disabled (nuitka_command) and the modules are not followed.
+UNUSED_STDLIB = (
+    "__hello__", "__phello__", "_aix_support", "_osx_support", "_pyio", "_pydecimal", "cgi",
+    "cgitb", "chunk", "crypt", "imaplib", "poplib", "imghdr", "sndhdr", "mailcap", "nturl2path",
+    "pipes", "pyclbr", "pickletools", "modulefinder", "symtable", "timeit", "trace", "pstats",
+    "uu", "xdrlib", "sched", "socketserver", "webbrowser", "graphlib", "rlcompleter", "code",
+    "codeop", "cmd", "filecmp", "fileinput", "imp", "configparser", "xmlrpc", "getopt",
+    "multiprocessing", "concurrent.futures.process", "anyio.to_process",
 )
 # C accelerators that Nuitka's anti-bloat leaves out unless asked ("may slow down by using
 # fallback implementation"); json is on every hot path (MCP JSON-RPC, the OpenAI wire).
@@ -202,7 +218,8 @@ def nuitka_command(
         f"--onefile-child-grace-time={CHILD_GRACE_MS}",
         "--include-package=gantry",
         "--include-package-data=gantry",
-        *(f"--nofollow-import-to={m}" for m in (*NOFOLLOW, *MCP_WEB_MODULES)),
+        "--disable-plugin=multiprocessing",
+        *(f"--nofollow-import-to={m}" for m in (*NOFOLLOW, *UNUSED_STDLIB, *MCP_WEB_MODULES)),
         f"--user-package-configuration-file={MCP_LEAN_CONFIG}",
         *(f"--user-package-configuration-file={path}" for path in LEAN_CONFIGS.values()),
         *(f"--include-module={m}" for m in (*INCLUDE_MODULES, *version_modules())),
@@ -340,6 +357,34 @@ def check_report(report: Path) -> None:
     strays = sorted(n for n, src in ours.items() if not src.startswith("${cwd}/gantry/"))
     if strays:
         raise SystemExit(f"build: modules compiled from outside the staging copy: {strays}")
+    compiled = compiled_to_c(root, plugin_constant("COMPILED_MODULES"))
+    if compiled:
+        raise SystemExit(
+            f"build: packages compiled to C, not kept as bytecode: {', '.join(compiled)}; add "
+            "them to BYTECODE_PACKAGES in build/static_onefile.py (as C they cost payload and "
+            "resident pages for no speed: docs/packaging.md, \"Container memory\")")
+
+
+def compiled_to_c(root: ET.Element, allowed: tuple[str, ...] = ()) -> list[str]:
+    """Top-level packages with modules Nuitka compiled to C. Every package is meant to stay
+    bytecode (a new dependency once went in as 62 C modules, 4.4 MB of payload); namespace
+    packages, plugin trigger modules (pkg-preLoad) and the plugin's COMPILED_MODULES are
+    compiled on purpose and do not count."""
+    return sorted({
+        m.get("name", "").split(".")[0] for m in root.iter("module")
+        if m.get("kind") in ("CompiledPythonModule", "CompiledPythonPackage")
+        and not re.search(r"-(pre|post)Load$", m.get("name", ""))
+        and m.get("name") not in allowed
+    })
+
+
+def plugin_constant(name: str) -> tuple[str, ...]:
+    """A tuple constant of build/static_onefile.py, read without importing it (it needs Nuitka)."""
+    import ast
+
+    tree = ast.parse(PLUGIN.read_text())
+    return next(tuple(ast.literal_eval(node.value)) for node in tree.body
+                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == name)
 
 
 def web_stack_in(report: Path) -> list[str]:

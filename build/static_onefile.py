@@ -75,7 +75,14 @@ BYTECODE_PACKAGES = ("aiogram", "mcp_types", "typing_extensions", "attr", "attrs
                      "yarl", "multidict", "anyio", "aiohttp", "telegramify_markdown", "cronsim",
                      "pydantic", "pydantic_core", "annotated_types", "typing_inspection",
                      "aiohappyeyeballs", "propcache", "frozenlist", "aiosignal", "pyromark",
-                     "msgspec", "pypdf", "gantry")
+                     "msgspec", "pypdf", "httpx2", "httpcore2", "truststore", "certifi",
+                     "jsonschema_specifications", "rpds", "gantry")
+
+
+# Modules that stay C inside bytecode packages: each reads its distribution's version through
+# importlib.metadata at import, which Nuitka answers at compile time in compiled code only; as
+# bytecode they would need the dist-info in the payload and importlib.metadata at run time.
+COMPILED_MODULES = ("httpx2.__version__", "httpcore2")
 
 
 def _is_elf(path: str) -> bool:
@@ -311,6 +318,8 @@ class GantryStaticOnefile(NuitkaPluginBase):
         # A plugin's pre/post-load trigger module ("pkg.mod-postLoad") stays compiled: Nuitka
         # 4.3.3 crashes on a bytecode one ('UncompiledPythonModule' has no getCompilationMode).
         if name.endswith(tuple(trigger_names)):
+            return None
+        if name in COMPILED_MODULES:
             return None
         if name.split(".", 1)[0] in BYTECODE_PACKAGES:
             return "bytecode"

@@ -26,7 +26,7 @@ def _not_followed() -> list[str]:
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
-    return [*mod.NOFOLLOW, *mod.MCP_WEB_MODULES]
+    return [*mod.NOFOLLOW, *mod.UNUSED_STDLIB, *mod.MCP_WEB_MODULES]
 
 
 @pytest.mark.slow

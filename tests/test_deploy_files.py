@@ -102,6 +102,8 @@ def test_nuitka_command_keeps_the_chosen_options() -> None:
     # Compressed per file, so a cached start can jump over a file without inflating it.
     assert "--onefile-as-archive" in cmd and "--onefile-no-compression" not in cmd
     assert "--nofollow-import-to=zstandard" in cmd
+    # anyio.to_process is never used: no multiprocessing plugin, no multiprocessing modules.
+    assert {"--disable-plugin=multiprocessing", "--nofollow-import-to=multiprocessing"} <= set(cmd)
     assert "--onefile-tempdir-spec=/tmp/gantry-x" in cmd
     assert f"--onefile-child-grace-time={build.CHILD_GRACE_MS}" in cmd
     assert any(a.startswith("--user-plugin=") and a.endswith("static_onefile.py") for a in cmd)
@@ -514,3 +516,25 @@ def test_sample_personas_leave_the_time_zone_to_cron_tz(tmp_path: Path) -> None:
         assert persona.files, where
         assert zone.search(persona.text) is None, (where, zone.search(persona.text))
         assert "CRON_TZ" in (where / "USER.md").read_text()  # in its comment, for the reader
+
+
+def test_a_package_compiled_to_c_is_named() -> None:
+    """Every package stays bytecode: a new dependency left out of BYTECODE_PACKAGES stops the
+    build by name (httpx2's 62 modules once went in as C, 4.4 MB of payload)."""
+    import xml.etree.ElementTree as ET
+
+    report = ET.fromstring(
+        '<report>'
+        '<module name="gantry_main" kind="PythonMainModule"/>'
+        '<module name="httpx2" kind="CompiledPythonPackage"/>'
+        '<module name="httpx2._api" kind="CompiledPythonModule"/>'
+        '<module name="anyio-preLoad" kind="CompiledPythonModule"/>'
+        '<module name="opentelemetry" kind="CompiledPythonNamespacePackage"/>'
+        '<module name="aiogram" kind="UncompiledPythonPackage"/>'
+        '<module name="truststore._api" kind="CompiledPythonModule"/>'
+        '</report>')
+    assert build.compiled_to_c(report) == ["httpx2", "truststore"]
+    assert build.compiled_to_c(report, ("httpx2", "httpx2._api")) == ["truststore"]
+    assert build.plugin_constant("COMPILED_MODULES") == ("httpx2.__version__", "httpcore2")
+    assert build.compiled_to_c(ET.fromstring('<report><module name="a" kind="Uncompiled'
+                                             'PythonModule"/></report>')) == []
