@@ -27,6 +27,8 @@ PAIR_WEIGHT = 0.25  # two query words side by side in a row, as in the query: a 
 FUZZY_WEIGHT = 0.8  # a near spelling of a word no row holds ('persue' for 'pursue')
 VARIANTS_MAX = 48  # spellings looked for per unmatched word, at most (one index read)
 VARIANTS_KEEP = 32  # a word with more alternates than this keeps only those rows hold
+SEQUEL_WEIGHT = 0.85  # the row stored right after the best one ranks at least this close
+SEQUEL_NEW = 0.1  # ... and first when its words the best row lacks score this much of it
 RECENCY_WEIGHT = 0.1  # a fresh row scores at most this much more than an old one
 RECENCY_DAYS = 30.0  # ... halving with every RECENCY_DAYS of age
 _WORD = re.compile(r"\w+")
@@ -59,6 +61,9 @@ yourselves s t ve ll re d m
 # the question, not its topic, and matched 'kind words' before 'writing' (issue 45).
 _FRAME = "kind kinds type types sort sorts"
 STOPWORDS = frozenset(_STOPWORDS.split()) | frozenset(_FRAME.split())
+# 'How long', 'how many', 'how often': the question asks for a duration, a count, a rate;
+# the word after 'how' is its frame too ('long' matched 'a long walk', not the duration).
+_HOW = re.compile(r"\bhow (long|many|much|often|far|old)\b")
 
 
 def words(text: str, limit: int = QUERY_TERMS) -> list[str]:
@@ -105,10 +110,12 @@ def _pieces(word: str, index: bool) -> list[str]:
 
 
 def query_words(text: str, limit: int = QUERY_TERMS) -> list[str]:
-    """The words recall looks for: every distinct content word (stopwords dropped), or all
-    words when the query is nothing but stopwords ('who am I')."""
+    """The words recall looks for: every distinct content word (stopwords and the word of a
+    'how long' / 'how many' frame dropped), or all words when the query is nothing but
+    those ('who am I')."""
     every = words(text, 10 * limit)
-    content = [w for w in every if w not in STOPWORDS]
+    frame = set(_HOW.findall(text.lower()))
+    content = [w for w in every if w not in STOPWORDS and w not in frame]
     return (content or every)[:limit]
 
 
@@ -192,6 +199,33 @@ def relevance(terms: Sequence[Term], row: Tokens, avg_length: float) -> float:
                 continue
         score += term.weight * tf * (K1 + 1.0) / (tf + norm) * factor
     return score * SUBJECT_BOOST if named else score
+
+
+def holds(term: Term, row: Tokens) -> bool:
+    """Whether `row` holds `term`: the word by stem, or one of its alternates."""
+    return _count(row.stems, term.stems) > 0 or _alternate(row.stems, term.alts)[0] > 0
+
+
+def sequel_score(terms: Sequence[Term], best: Candidate, sequel: Candidate,
+                 avg_length: float) -> float:
+    """The score of `sequel`, the row stored right after `best` (the best-scoring row) about
+    the same subject: an answer often goes on in the next statement ('Melanie ran a charity
+    race' → 'Melanie is realizing the importance of self-care', for 'what did Melanie
+    realize after the race?'), so the two are read as one passage.
+
+    If the sequel holds query words that `best` lacks, by stem (an alternate is too weak a
+    sign), and they are worth at least SEQUEL_NEW of `best`'s score, the passage is `best`
+    plus what the sequel adds, and the sequel, which completes it, ranks first. Otherwise it
+    ranks at least SEQUEL_WEIGHT of `best` (below it, among the first few). Never below its
+    own score, and never lifted when it holds no query word at all (recall shows only rows
+    that share a word with the query)."""
+    if not any(holds(t, sequel.tokens) for t in terms):
+        return sequel.score
+    missing = [Term(t.exact, t.stems, t.weight) for t in terms if not holds(t, best.tokens)]
+    added = relevance(missing, sequel.tokens, avg_length)
+    if added > 0 and added >= SEQUEL_NEW * best.score:
+        return max(sequel.score, best.score + added)
+    return max(sequel.score, SEQUEL_WEIGHT * best.score)
 
 
 def _alternate(
