@@ -147,13 +147,16 @@ def test_words_side_by_side_as_asked_outrank_the_same_words_apart(store: MemoryS
     assert top[0].content.startswith("Caroline went to a pride parade")
 
 
-def test_the_pair_bonus_needs_adjacent_query_words() -> None:
+def test_the_pair_bonus_needs_query_words_close_together() -> None:
     a, b = Term(("pride",), ("pride",), 2.0), Term(("parade",), ("parade",), 3.0)
     row = Tokens([], ["pride", "parade", "x"], ["pride", "parade", "x"])
-    apart = Tokens([], ["pride", "x", "parade"], ["pride", "x", "parade"])
-    assert ranking.pairs_bonus([a, b], row, 3.0) > 0
+    near = Tokens([], ["parade", "x", "pride"], ["parade", "x", "pride"])
+    apart = Tokens([], ["pride", "x", "y", "parade"], ["pride", "x", "y", "parade"])
+    assert ranking.pairs_bonus([a, b], row, 3.0) > ranking.pairs_bonus([a, b], near, 3.0) > 0
     assert ranking.pairs_bonus([a, b], apart, 3.0) == 0
     assert ranking.pairs_bonus([a], row, 3.0) == 0
+    between = Term(("went",), ("went",), 1.0)  # not in the row: 'pride' and 'parade' still pair
+    assert ranking.pairs_bonus([a, between, b], row, 3.0) == ranking.pairs_bonus([a, b], row, 3.0)
 
 
 @given(st.lists(WORD, max_size=12), st.lists(WORD, min_size=1, max_size=5))
@@ -161,4 +164,5 @@ def test_the_pair_bonus_is_bounded(row: list[str], query: list[str]) -> None:
     """Never negative, and at most PAIR_WEIGHT × (k1 + 1) × the mean weight per pair."""
     terms = [Term((w,), (w,), 1.0) for w in dict.fromkeys(query)]
     bonus = ranking.pairs_bonus(terms, Tokens([], row, row), 4.0)
-    assert 0 <= bonus <= ranking.PAIR_WEIGHT * (ranking.K1 + 1) * max(0, len(terms) - 1) + 1e-9
+    pairs = len(terms) * (len(terms) - 1) // 2
+    assert 0 <= bonus <= ranking.PAIR_WEIGHT * (ranking.K1 + 1) * pairs + 1e-9

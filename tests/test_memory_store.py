@@ -12,10 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gantry import db
+from gantry.memory import ranking
 from gantry.memory.store import (
     CONTENT_MAX,
+    PER_TERM,
     MemoryInputError,
     MemoryStore,
+    family,
     format_line,
     fts_query,
     iso,
@@ -285,3 +288,21 @@ def test_episode_dated_at_the_end_of_9999_saturates(store: MemoryStore) -> None:
     row, _ = store.add("episode", "gym", "the last climb", created_at="9999-12-31T00:00:00Z")
     assert row.expires_at == "9999-12-31T23:59:59.999999Z"
     assert store.purge_expired(grace_days=10**15) == 0  # a huge grace: no overflow either
+
+
+ROWIDS = st.lists(st.integers(1, 500), unique=True, max_size=80).map(
+    lambda ids: sorted(ids, reverse=True)[:PER_TERM])
+
+
+@given(found=ROWIDS, groups=st.lists(
+    st.tuples(st.sampled_from([ranking.FORM_WEIGHT, ranking.DERIVED_WEIGHT,
+                               ranking.RELATED_WEIGHT]), ROWIDS), max_size=3))
+def test_a_words_family_is_its_rows_and_its_irregular_forms_rows(
+    found: list[int], groups: list[tuple[float, list[int]]],
+) -> None:
+    """The newest PER_TERM of the word's rows and its FORM_WEIGHT groups' rows, newest
+    first; derivations and related words never count toward its document frequency."""
+    out = family(found, [([], factor) for factor, _ in groups], [ids for _, ids in groups])
+    forms = {i for factor, ids in groups if factor == ranking.FORM_WEIGHT for i in ids}
+    assert out == sorted(set(found) | forms, reverse=True)[:PER_TERM]
+    assert len(out) <= PER_TERM and out == sorted(set(out), reverse=True)

@@ -33,6 +33,7 @@ MMAP_BYTES = 256 << 20
 PER_TERM = 64  # newest matches read per query word: bounds recall's cost on a common word
 RESCORE = 20  # best rows by matched IDF that are re-scored with BM25 from their own tokens
 ALT_CACHE = 4096  # query words whose lexicon alternates a store keeps tokenized
+SEQUEL_MINUTES = 60  # a row stored this soon after another, same subject: one conversation
 TOKENIZER = ("unicode61", "remove_diacritics", "2")  # memory_fts's, under its Porter stemmer
 TTL_DAYS = {"episode": 30}  # per kind; kinds not listed never expire (spec §7.1)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -219,6 +220,19 @@ def estimate_df(found: Sequence[int], top: int, per_term: int) -> float:
         return float(len(found))
     span = max(1, top - found[-1] + 1)
     return min(float(top), len(found) * top / span)
+
+
+def family(found: Sequence[int], groups: Sequence[tuple[Any, float]],
+           matches: Sequence[Sequence[int]]) -> list[int]:
+    """The newest PER_TERM rowids (descending) holding a word or an irregular form of it
+    (the FORM_WEIGHT group): a word's document frequency counts its irregular forms, as
+    the stemmed index counts its regular ones. 'gone' is as common as 'went' is, so a row
+    saying 'went' no longer outweighs one saying 'beach' for 'gone to the beach'."""
+    out = set(found)
+    for (_, factor), got in zip(groups, matches, strict=True):
+        if factor == ranking.FORM_WEIGHT:
+            out.update(got)
+    return sorted(out, reverse=True)[:PER_TERM]
 
 
 # ---------------------------------------------------------------------- the store
@@ -419,14 +433,52 @@ class MemoryStore:
         avg = sum(len(t.stems) for t in tokens) / len(tokens)
         wanted = ranking.present(wanted, {s for t in tokens for s in t.stems})
         now = self.clock()
-        scored = [
-            ranking.Candidate(
-                (ranking.relevance(wanted, t, avg) + ranking.pairs_bonus(wanted, t, avg))
-                * recency(self._age_days(r, now)), int(r.id), r, t)
-            for r, t in zip(rows, tokens, strict=True)
-        ]
+        scored = [self._scored(wanted, r, t, avg, now) for r, t in zip(rows, tokens, strict=True)]
         scored.sort(key=lambda c: (c.score, c.id), reverse=True)
-        return scored
+        return self._with_sequel(scored, wanted, avg, active, now)
+
+    def _scored(self, wanted: Sequence[Term], row: Row, tokens: Tokens, avg: float,
+                now: float) -> ranking.Candidate:
+        """A candidate row's BM25 (ranking.relevance), phrase bonus and recency."""
+        score = ranking.relevance(wanted, tokens, avg) + ranking.pairs_bonus(wanted, tokens, avg)
+        return ranking.Candidate(score * recency(self._age_days(row, now)), int(row.id), row,
+                                 tokens)
+
+    def _with_sequel(self, scored: list[ranking.Candidate], wanted: Sequence[Term], avg: float,
+                     active: bool, now: float) -> list[ranking.Candidate]:
+        """`scored` with the sequel of its best row re-scored (ranking.sequel_score): the next
+        row by id, if it is about the same subject and was stored within SEQUEL_MINUTES of
+        the best one, read (one indexed lookup) when it was not a candidate already."""
+        if not scored:
+            return scored
+        best = scored[0]
+        sequel = next((c for c in scored if c.id == best.id + 1), None)
+        out = [c for c in scored if c is not sequel]
+        if sequel is None:
+            rows = self._fetch([best.id + 1], active)
+            if not rows:
+                return scored
+            sequel = self._scored(wanted, rows[0], self._row_tokens(rows[0]), avg, now)
+        if not self._continues(best.row, sequel.row):
+            return scored
+        lifted = ranking.sequel_score(wanted, best, sequel, avg)
+        if lifted <= 0:
+            return scored
+        out.append(ranking.Candidate(lifted, sequel.id, sequel.row, sequel.tokens))
+        out.sort(key=lambda c: (c.score, c.id), reverse=True)
+        return out
+
+    @staticmethod
+    def _continues(first: Row, then: Row) -> bool:
+        """Whether `then` goes on from `first`: same subject (any case), stored within
+        SEQUEL_MINUTES after it."""
+        if first.subject.lower() != then.subject.lower():
+            return False
+        try:
+            gap = parse_time(then.created_at) - parse_time(first.created_at)
+        except ValueError:
+            return False
+        return timedelta(0) <= gap <= timedelta(minutes=SEQUEL_MINUTES)
 
     def query_terms(self, query: str) -> tuple[list[Term], dict[int, float]]:
         """The query's words as Terms, and the coarse score (matched IDF) of every row
@@ -441,17 +493,18 @@ class MemoryStore:
                 continue
             seen.add(stems)
             found = self._newest(quoted(word))
-            weight = idf(estimate_df(found, top, PER_TERM), max(top, 1))
-            for rid in found:
-                coarse[rid] = coarse.get(rid, 0.0) + weight
-            alts: list[tuple[tuple[str, ...], float]] = []
             groups = self._alternates(word, stems)
             if not found and not groups:
                 groups = self._near(word, stems)
+            matches = [self._newest(match_expr([w for w, _ in group])) for group, _ in groups]
+            weight = idf(estimate_df(family(found, groups, matches), top, PER_TERM), max(top, 1))
+            for rid in found:
+                coarse[rid] = coarse.get(rid, 0.0) + weight
+            alts: list[tuple[tuple[str, ...], float]] = []
             direct = set(found)
-            for group, factor in groups:
+            for (group, factor), got in zip(groups, matches, strict=True):
                 alts += [(stems_of, factor) for _, stems_of in group]
-                for rid in self._newest(match_expr([w for w, _ in group])):
+                for rid in got:
                     if rid not in direct:  # a row holding the word itself is credited once
                         coarse[rid] = coarse.get(rid, 0.0) + weight * factor
             wanted.append(Term(tuple(self._tokens(word, stem=False)), stems, weight, tuple(alts)))
