@@ -306,3 +306,22 @@ def test_a_words_family_is_its_rows_and_its_irregular_forms_rows(
     forms = {i for factor, ids in groups if factor == ranking.FORM_WEIGHT for i in ids}
     assert out == sorted(set(found) | forms, reverse=True)[:PER_TERM]
     assert len(out) <= PER_TERM and out == sorted(set(out), reverse=True)
+
+
+def test_recall_reads_the_database_without_mapping_it(tmp_path: Path) -> None:
+    """A mapped page stays in the process's RSS once read, so a memory-mapped gantry.db made
+    RSS grow with the database for as long as the process ran (issue 44's soak)."""
+    path = tmp_path / "mapped.db"
+    conn = db.connect(path)
+    store = MemoryStore(conn)
+    with conn:
+        for i in range(3000):
+            store.add("fact", f"person{i % 50}", f"likes walking {i} dogs near river {i % 97}")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert path.stat().st_size > 1 << 20
+    for i in range(40):
+        assert store.search(f"walking dogs river {i}")
+    mapped = [line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()]
+    assert f"{path}-shm" in mapped  # WAL's small shared index is mapped, as ever
+    assert str(path) not in mapped
+    conn.close()
