@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -22,6 +24,7 @@ _BARE_TOKEN = re.compile(r"\b[0-9]{5,}:[A-Za-z0-9_-]{30,}\b")
 # Credentials inside any URL: scheme://user:password@host (e.g. LLM_BASE_URL via a proxy).
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"]+@")
 REDACTED = "[REDACTED]"
+MEMO = 512  # strings a Redactor's memo() keeps before it starts again
 
 # Secrets learnt after the redactors were made (an MCP server's header values): every
 # Redactor hides these too, so logs, `gantry check` and boot errors need no re-wiring.
@@ -42,6 +45,7 @@ class Redactor:
         self._version = 0  # bumped by add(), like _shared_version
         # (version of _SHARED and of our own list, all secrets, their JSON-escaped forms)
         self._all: tuple[tuple[int, int], list[str], list[str]] = ((-1, -1), [], [])
+        self._memo: tuple[tuple[int, int], dict[str, str]] = ((-1, -1), {})
         self.add(*secrets)
 
     def add(self, *secrets: str) -> None:
@@ -71,6 +75,15 @@ class Redactor:
         """The JSON-escaped forms of the secrets that json.dumps changes (quotes, \\, controls)."""
         return self._current()[2]
 
+    def memo(self) -> dict[str, str]:
+        """text() of strings that come from code, not data (logger names, field names, a
+        message without arguments), kept by the formatter for the next record: valid while
+        no secret list changes (then it starts empty), at most MEMO strings."""
+        memo = self._memo
+        if memo[0] != (_shared_version, self._version) or len(memo[1]) >= MEMO:
+            memo = self._memo = ((_shared_version, self._version), {})
+        return memo[1]
+
     def text(self, s: str) -> str:
         for secret in self._current()[1]:
             if secret in s:
@@ -94,6 +107,54 @@ class Redactor:
 
 
 _PLAIN = (bool, int, float)
+
+# Where a record made by emit() says it was logged from: what the stdlib itself writes when
+# it is told not to look (logging._srcfile = None).
+_NO_FILE, _NO_FUNC = "(unknown file)", "(unknown function)"
+
+
+def emit(logger: logging.Logger, level: int, msg: str, fields: dict[str, Any]) -> None:
+    """`logger.log(level, msg, extra=fields)` for a record made on every tool call: the same
+    LogRecord, through the same filters and handlers, to the same line, only without the
+    stdlib's walk up the stack for the file, line and function that logged it (a third of
+    the record's cost under asyncio's deep stacks), which neither format prints. `fields`
+    must not name a LogRecord attribute (logger.log would refuse it; this does not check)."""
+    if logger.isEnabledFor(level):
+        logger.handle(_record(logger.name, level, msg, fields))
+
+
+# A real LogRecord's attributes, made once per level: an emit() record starts as a copy and
+# has its clock, name, message, thread and process set.
+_SAME: dict[int, dict[str, Any]] = {}
+
+
+def _record(name: str, level: int, msg: str, fields: dict[str, Any]) -> logging.LogRecord:
+    """What logger.makeRecord(name, level, _NO_FILE, 0, msg, (), None, _NO_FUNC, fields)
+    makes (tests compare the two), without LogRecord's path splitting and lookups (half the
+    cost of a record). The stdlib's record factory is not consulted: gantry sets none."""
+    ct = time.time()
+    same = _SAME.get(level)
+    if same is None:
+        made = logging.LogRecord(name, level, _NO_FILE, 0, msg, (), None, _NO_FUNC)
+        same = _SAME[level] = dict(vars(made))  # (in its order, which the fields keep)
+    record = _new_record(logging.LogRecord)
+    attrs = record.__dict__
+    attrs.update(same)
+    attrs["name"] = name
+    attrs["msg"] = msg
+    attrs["created"] = ct
+    attrs["msecs"] = int((ct - int(ct)) * 1000) + 0.0
+    attrs["relativeCreated"] = (ct - logging._startTime) * 1000
+    if logging.logThreads:
+        attrs["thread"] = threading.get_ident()
+        attrs["threadName"] = threading.current_thread().name
+    if logging.logProcesses and hasattr(os, "getpid"):
+        attrs["process"] = os.getpid()
+    attrs.update(fields)
+    return record
+
+
+_new_record = object.__new__
 
 
 def share_secrets(*secrets: str) -> None:
@@ -134,8 +195,25 @@ def url_secrets(url: str) -> list[str]:
     return [raw, raw.partition(":")[2], unquote(raw.partition(":")[2])]
 
 
-# json.dumps(..., ensure_ascii=False, default=str) without a new encoder per line.
-_ENCODE = json.JSONEncoder(ensure_ascii=False, default=str).encode
+def _line_encoder() -> Callable[[Any], str]:
+    """json.dumps(..., ensure_ascii=False, default=str), same text, made once: JSONEncoder
+    builds its C encoder anew for every line (and a dict to catch cycles, which cannot occur
+    here: the redactor has already copied every field into fresh dicts and lists)."""
+    from json import encoder
+
+    full = json.JSONEncoder(ensure_ascii=False, default=str).encode
+    make = encoder.c_make_encoder
+    if make is None:  # no _json accelerator: the pure-Python encoder, built per line
+        return full
+    chunks = make(None, str, encoder.encode_basestring, None, ": ", ", ", False, False, True)
+
+    def encode(obj: Any) -> str:
+        return "".join(chunks(obj, 0))
+
+    return encode
+
+
+_ENCODE = _line_encoder()
 
 
 class JsonFormatter(logging.Formatter):
@@ -160,16 +238,33 @@ class JsonFormatter(logging.Formatter):
         if cached[0] != second:
             cached = self._second = (second, time.strftime("%Y-%m-%dT%H:%M:%S",
                                                            time.gmtime(second)))
-        text, value = self.redactor.text, self.redactor.value
+        redactor = self.redactor
+        text, value, memo = redactor.text, redactor.value, redactor.memo()
+        name = record.name
+        if type(name) is str:  # None in a makeLogRecord({}) record
+            logger = memo.get(name)
+            if logger is None:
+                logger = memo[name] = text(name)
+        else:
+            logger = value(name)
+        if record.args:
+            message = text(message)
+        else:  # the text is the code's: redacted once, then remembered
+            said = memo.get(message)
+            message = memo[message] = text(message) if said is None else said
         out: dict[str, Any] = {
             "time": f"{cached[1]}.{int(record.msecs):03d}Z",
             "level": _LEVEL_NAMES.get(record.levelname) or record.levelname.lower(),
-            "logger": value(record.name),  # None in a makeLogRecord({}) record
-            "message": text(message),
+            "logger": logger,
+            "message": message,
         }
         for key, val in record.__dict__.items():
-            if key not in _STANDARD and key not in out and not key.startswith("_"):
-                out[text(key)] = value(val)
+            if key in _STANDARD or key in out or key[:1] == "_":
+                continue
+            field = memo.get(key)
+            if field is None:
+                field = memo[key] = text(key)
+            out[field] = val if type(val) is int else value(val)
         if record.exc_info and record.exc_info[1] is not None:
             exc = record.exc_info[1]
             out["error"] = text(f"{type(exc).__name__}: {exc}")
