@@ -151,6 +151,7 @@ def _record(name: str, level: int, msg: str, fields: dict[str, Any]) -> logging.
     if logging.logProcesses and hasattr(os, "getpid"):
         attrs["process"] = os.getpid()
     attrs.update(fields)
+    attrs["_fields"] = tuple(fields)  # what the formatter prints, without a walk of them all
     return record
 
 
@@ -258,9 +259,11 @@ class JsonFormatter(logging.Formatter):
             "logger": logger,
             "message": message,
         }
-        for key, val in record.__dict__.items():
+        attrs = record.__dict__
+        for key in attrs.get("_fields") or attrs:  # an emit() record names its fields
             if key in _STANDARD or key in out or key[:1] == "_":
                 continue
+            val = attrs[key]
             field = memo.get(key)
             if field is None:
                 field = memo[key] = text(key)
