@@ -144,7 +144,7 @@ def _record(name: str, level: int, msg: str, fields: dict[str, Any]) -> logging.
     attrs["msg"] = msg
     attrs["created"] = ct
     attrs["msecs"] = int((ct - int(ct)) * 1000) + 0.0
-    attrs["relativeCreated"] = (ct - logging._startTime) * 1000
+    attrs["relativeCreated"] = (ct - _LOGGING_STARTED) * 1000
     if logging.logThreads:
         attrs["thread"] = threading.get_ident()
         attrs["threadName"] = threading.current_thread().name
@@ -156,6 +156,8 @@ def _record(name: str, level: int, msg: str, fields: dict[str, Any]) -> logging.
 
 
 _new_record = object.__new__
+# When logging was imported: what a LogRecord's relativeCreated counts from (not in typeshed).
+_LOGGING_STARTED: float = getattr(logging, "_startTime", time.time())
 
 
 def share_secrets(*secrets: str) -> None:
@@ -203,7 +205,7 @@ def _line_encoder() -> Callable[[Any], str]:
     from json import encoder
 
     full = json.JSONEncoder(ensure_ascii=False, default=str).encode
-    make = encoder.c_make_encoder
+    make = getattr(encoder, "c_make_encoder", None)  # (not in typeshed)
     if make is None:  # no _json accelerator: the pure-Python encoder, built per line
         return full
     chunks = make(None, str, encoder.encode_basestring, None, ": ", ", ", False, False, True)
@@ -344,7 +346,7 @@ def setup(
     """Install the redacting handler on the root logger (idempotent); return its redactor."""
     redactor = Redactor(secrets)
     out = stream or sys.stderr
-    handler = logging.StreamHandler(out)
+    handler = _LineHandler(out)
     formatter = TextFormatter if resolve_format(fmt, out) == "text" else JsonFormatter
     handler.setFormatter(formatter(redactor))
     handler.set_name("gantry")
@@ -362,6 +364,22 @@ def setup(
     logging.captureWarnings(True)
     _route_uncaught(redactor)
     return redactor
+
+
+class _LineHandler(logging.StreamHandler):
+    """A StreamHandler that flushes each line under the lock handle() already holds, not
+    taking it a second time as StreamHandler.flush() does (one line per tool call)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+            stream = self.stream
+            stream.write(line + self.terminator)
+            stream.flush()
+        except RecursionError:  # as StreamHandler.emit: a stack overflow is not swallowed
+            raise
+        except Exception:
+            self.handleError(record)
 
 
 def _route_uncaught(redactor: Redactor) -> None:

@@ -244,3 +244,43 @@ def test_text_format_prints_ints_as_json_does() -> None:
         "tool call", extra={"tool": "st__echo", "ms": 12, "chars": -3, "ok": True, "f": 1.5})
     assert buf.getvalue().strip().endswith(
         "info gantry.tools: tool call tool=st__echo ms=12 chars=-3 ok=true f=1.5")
+
+
+def test_emit_makes_the_record_logger_log_would(stream: io.StringIO) -> None:
+    """log.emit's record is makeRecord's (same attributes, in the same order, same values
+    but the clock), goes through the same handlers, and prints the same line as logger.info
+    with extra= (but the time), secrets in its fields redacted."""
+    lg = logging.getLogger("gantry.tools")
+    fields = {"tool": "st__echo", "ms": 3, "chars": 42, "note": f"k={KEY}"}
+    made = lg.makeRecord(lg.name, logging.INFO, "(unknown file)", 0, "tool call", (), None,
+                         "(unknown function)", fields)
+    ours = log._record(lg.name, logging.INFO, "tool call", fields)
+    mine, theirs = vars(ours), vars(made)
+    assert [k for k in mine if k != "_fields"] == list(theirs)
+    clock = {"created", "msecs", "relativeCreated"}
+    assert {k: v for k, v in mine.items() if k not in clock | {"_fields"}} == {
+        k: v for k, v in theirs.items() if k not in clock}
+    assert abs(ours.relativeCreated - made.relativeCreated) < 50
+    log.emit(lg, logging.INFO, "tool call", fields)
+    lg.info("tool call", extra=fields)
+    log.emit(lg, logging.DEBUG - 1, "not enabled", fields)
+    a, b = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert {**a, "time": ""} == {**b, "time": ""} and a["note"] == f"k={log.REDACTED}"
+    assert KEY not in stream.getvalue()
+
+
+def test_line_encoder_writes_what_json_dumps_does() -> None:
+    value = {"a": "é \u2028 \"q\" \\", "n": [1, 2.5, None, True], "d": {"k": -3}, "e": {}}
+    assert log._ENCODE(value) == json.dumps(value, ensure_ascii=False, default=str)
+
+
+def test_memo_forgets_when_a_secret_is_learnt() -> None:
+    """A remembered field name stops being shown as it was once it becomes a secret."""
+    buf = io.StringIO()
+    redactor = log.setup("info", [], stream=buf)
+    lg = logging.getLogger("gantry.tools")
+    lg.info("m", extra={"abcdefgh-field": 1})
+    redactor.add("abcdefgh-field")
+    lg.info("m", extra={"abcdefgh-field": 1})
+    first, second = (json.loads(line) for line in buf.getvalue().splitlines())
+    assert "abcdefgh-field" in first and log.REDACTED in second

@@ -209,7 +209,9 @@ async def _read_stdout(
                 while (nl := buf.find(b"\n")) >= 0:
                     line = bytes(buf[:nl])
                     del buf[: nl + 1]
-                    if line.strip() and (item := _incoming(child, line)) is not None:
+                    if not line or line.isspace():  # (strip() without the copy)
+                        continue
+                    if (item := _incoming(child, line)) is not None:
                         await send.send(item)
     except (anyio.ClosedResourceError, anyio.BrokenResourceError):
         pass

@@ -26,10 +26,13 @@ class _Watch:
     at the earliest left (progress and holds only ever move a deadline later than its
     timer, or arm it again)."""
 
-    __slots__ = ("active", "at", "handle", "loop")
+    __slots__ = ("active", "at", "handle", "loop", "scope")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
+        # The running backend's CancelScope class: anyio.CancelScope() looks the backend up
+        # anew for every scope it makes.
+        self.scope: type[anyio.CancelScope] = type(anyio.CancelScope())
         self.active: set[Deadline] = set()
         self.at = math.inf  # when the timer fires (inf: not armed)
         self.handle: asyncio.TimerHandle | None = None
@@ -85,7 +88,7 @@ class Deadline:
         self.ceiling = now + ceiling
         self.cap = min(now + cap, self.ceiling)
         self.due = min(now + timeout, self.cap)
-        self.scope = anyio.CancelScope()
+        self.scope = watch.scope()
         self.questions = 0  # elicitations relayed to the user during this call
         self._holds = 0
         self._left = 0.0
