@@ -119,8 +119,34 @@ def emit(logger: logging.Logger, level: int, msg: str, fields: dict[str, Any]) -
     stdlib's walk up the stack for the file, line and function that logged it (a third of
     the record's cost under asyncio's deep stacks), which neither format prints. `fields`
     must not name a LogRecord attribute (logger.log would refuse it; this does not check)."""
-    if logger.isEnabledFor(level):
+    if not logger.isEnabledFor(level):
+        return
+    handler = _sole_handler(logger, level)
+    if handler is None:
         logger.handle(_record(logger.name, level, msg, fields))
+    else:
+        handler.write_line(time.time(), level, logger.name, msg, fields)
+
+
+def _sole_handler(logger: logging.Logger, level: int) -> _LineHandler | None:
+    """gantry's JSON handler when it is the one place a record of `logger` at `level` would
+    go, with no filter on the way (production: setup() installs only it): the line can be
+    written without a LogRecord. None when anything else would see the record (a handler
+    another part added, pytest's capture, a filter, a text format): then it is made."""
+    if logger.disabled or logger.filters:
+        return None
+    found = None
+    node: logging.Logger | None = logger
+    while node is not None:
+        for h in node.handlers:
+            if found is not None or type(h) is not _LineHandler:
+                return None
+            found = h
+        node = node.parent if node.propagate else None
+    if (found is None or found.filters or level < found.level
+            or type(found.formatter) is not JsonFormatter):
+        return None
+    return found
 
 
 # A real LogRecord's attributes, made once per level: an emit() record starts as a copy and
@@ -148,14 +174,17 @@ def _record(name: str, level: int, msg: str, fields: dict[str, Any]) -> logging.
     if logging.logThreads:
         attrs["thread"] = threading.get_ident()
         attrs["threadName"] = threading.current_thread().name
-    if logging.logProcesses and hasattr(os, "getpid"):
-        attrs["process"] = os.getpid()
+    if logging.logProcesses:
+        attrs["process"] = _pid[0]
     attrs.update(fields)
     attrs["_fields"] = tuple(fields)  # what the formatter prints, without a walk of them all
     return record
 
 
 _new_record = object.__new__
+# This process's id, read again in a forked child: os.getpid() is a system call per record.
+_pid = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
 # When logging was imported: what a LogRecord's relativeCreated counts from (not in typeshed).
 _LOGGING_STARTED: float = getattr(logging, "_startTime", time.time())
 
@@ -236,33 +265,52 @@ class JsonFormatter(logging.Formatter):
             message = record.getMessage()
         except Exception:  # a bad %-format in a third-party logger must not kill logging
             message = f"{record.msg!r} {record.args!r}"
-        second = int(record.created)
+        out = self._head(record.created, record.msecs, record.levelname, record.name,
+                         message, bool(record.args))
+        attrs = record.__dict__
+        self._add(out, attrs, attrs.get("_fields") or attrs)  # an emit() record names them
+        if record.exc_info and record.exc_info[1] is not None:
+            text = self.redactor.text
+            exc = record.exc_info[1]
+            out["error"] = text(f"{type(exc).__name__}: {exc}")
+            if record.levelno >= logging.ERROR or record.levelno <= logging.DEBUG:
+                out["traceback"] = text(self.formatException(record.exc_info))
+        return out
+
+    def _head(self, created: float, msecs: float, levelname: str, name: Any, message: str,
+              args: bool) -> dict[str, Any]:
+        """time, level, logger and message; `args`: the message was %-formatted from data
+        (else it is the code's text, redacted once and then remembered)."""
+        second = int(created)
         cached = self._second
         if cached[0] != second:
             cached = self._second = (second, time.strftime("%Y-%m-%dT%H:%M:%S",
                                                            time.gmtime(second)))
         redactor = self.redactor
-        text, value, memo = redactor.text, redactor.value, redactor.memo()
-        name = record.name
+        text, memo = redactor.text, redactor.memo()
         if type(name) is str:  # None in a makeLogRecord({}) record
             logger = memo.get(name)
             if logger is None:
                 logger = memo[name] = text(name)
         else:
-            logger = value(name)
-        if record.args:
+            logger = redactor.value(name)
+        if args:
             message = text(message)
-        else:  # the text is the code's: redacted once, then remembered
+        else:
             said = memo.get(message)
             message = memo[message] = text(message) if said is None else said
-        out: dict[str, Any] = {
-            "time": f"{cached[1]}.{int(record.msecs):03d}Z",
-            "level": _LEVEL_NAMES.get(record.levelname) or record.levelname.lower(),
+        return {
+            "time": f"{cached[1]}.{int(msecs):03d}Z",
+            "level": _LEVEL_NAMES.get(levelname) or levelname.lower(),
             "logger": logger,
             "message": message,
         }
-        attrs = record.__dict__
-        for key in attrs.get("_fields") or attrs:  # an emit() record names its fields
+
+    def _add(self, out: dict[str, Any], attrs: dict[str, Any], keys: Iterable[str]) -> None:
+        """The fields among `keys` (not a LogRecord attribute, not private), redacted."""
+        redactor = self.redactor
+        text, value, memo = redactor.text, redactor.value, redactor.memo()
+        for key in keys:
             if key in _STANDARD or key in out or key[:1] == "_":
                 continue
             val = attrs[key]
@@ -270,20 +318,25 @@ class JsonFormatter(logging.Formatter):
             if field is None:
                 field = memo[key] = text(key)
             out[field] = val if type(val) is int else value(val)
-        if record.exc_info and record.exc_info[1] is not None:
-            exc = record.exc_info[1]
-            out["error"] = text(f"{type(exc).__name__}: {exc}")
-            if record.levelno >= logging.ERROR or record.levelno <= logging.DEBUG:
-                out["traceback"] = text(self.formatException(record.exc_info))
-        return out
 
-    def format(self, record: logging.LogRecord) -> str:
-        line: str = _ENCODE(self.fields(record))
+    def _scrubbed(self, out: dict[str, Any]) -> str:
+        line: str = _ENCODE(out)
         # Secrets may contain characters json escapes; scrub the encoded form too.
         for enc in self.redactor.escaped():
             if enc in line:
                 line = line.replace(enc, REDACTED)
         return line
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self._scrubbed(self.fields(record))
+
+    def line(self, created: float, level: int, name: str, msg: str,
+             fields: dict[str, Any]) -> str:
+        """format() of the record log.emit would make, without making it (tests compare)."""
+        out = self._head(created, int((created - int(created)) * 1000),
+                         logging.getLevelName(level), name, msg, False)
+        self._add(out, fields, fields)
+        return self._scrubbed(out)
 
 
 class TextFormatter(JsonFormatter):
@@ -380,6 +433,23 @@ class _LineHandler(logging.StreamHandler):
             raise
         except Exception:
             self.handleError(record)
+
+    def write_line(self, created: float, level: int, name: str, msg: str,
+                   fields: dict[str, Any]) -> None:
+        """What handle() of an emit() record writes, with no record made (_sole_handler)."""
+        formatter = self.formatter
+        assert isinstance(formatter, JsonFormatter)
+        self.acquire()
+        try:
+            stream = self.stream
+            stream.write(formatter.line(created, level, name, msg, fields) + self.terminator)
+            stream.flush()
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(_record(name, level, msg, fields))
+        finally:
+            self.release()
 
 
 def _route_uncaught(redactor: Redactor) -> None:

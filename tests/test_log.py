@@ -284,3 +284,49 @@ def test_memo_forgets_when_a_secret_is_learnt() -> None:
     lg.info("m", extra={"abcdefgh-field": 1})
     first, second = (json.loads(line) for line in buf.getvalue().splitlines())
     assert "abcdefgh-field" in first and log.REDACTED in second
+
+
+def test_emit_record_has_the_pid_of_a_forked_child() -> None:
+    import os
+
+    lg = logging.getLogger("gantry.tools")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its records carry its own pid
+        rec = log._record(lg.name, logging.INFO, "m", {})
+        os.write(w, str(rec.process == os.getpid()).encode())
+        os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    assert os.read(r, 10) == b"True"
+    assert log._record(lg.name, logging.INFO, "m", {}).process == os.getpid()
+
+
+def test_emit_with_gantry_handler_alone_writes_the_record_line() -> None:
+    """With gantry's JSON handler the only one (production; pytest adds its own, so this test
+    takes them off), emit writes the line without a record: the same line logger.info
+    writes (but the time), redacted; any other handler, a filter or the text format gets a
+    real record again."""
+    buf = io.StringIO()
+    log.setup("info", [KEY], stream=buf)
+    root = logging.getLogger()
+    lg = logging.getLogger("gantry.tools")
+    ours = [h for h in root.handlers if h.get_name() == "gantry"]
+    saved = list(root.handlers)
+    root.handlers[:] = ours
+    try:
+        assert log._sole_handler(lg, logging.INFO) is ours[0]
+        fields = {"tool": "st__echo", "ms": 7, "chars": 3, "note": f"k={KEY}", "_x": 1}
+        log.emit(lg, logging.INFO, "tool call", fields)
+        lg.info("tool call", extra=fields)
+        a, b = (json.loads(line) for line in buf.getvalue().splitlines())
+        assert {**a, "time": ""} == {**b, "time": ""} and list(a) == list(b)
+        assert a["note"] == f"k={log.REDACTED}" and KEY not in buf.getvalue()
+        lg.addFilter(lambda r: True)
+        assert log._sole_handler(lg, logging.INFO) is None
+        lg.filters.clear()
+        root.addHandler(logging.NullHandler())
+        assert log._sole_handler(lg, logging.INFO) is None
+    finally:
+        root.handlers[:] = saved
+    assert log._sole_handler(lg, logging.INFO) is None  # pytest's capture handlers are back
