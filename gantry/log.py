@@ -45,7 +45,7 @@ class Redactor:
         self._version = 0  # bumped by add(), like _shared_version
         # (version of _SHARED and of our own list, all secrets, their JSON-escaped forms)
         self._all: tuple[tuple[int, int], list[str], list[str]] = ((-1, -1), [], [])
-        self._memo: tuple[tuple[int, int], dict[str, str]] = ((-1, -1), {})
+        self._memo: tuple[tuple[int, int], dict[Any, str]] = ((-1, -1), {})
         self.add(*secrets)
 
     def add(self, *secrets: str) -> None:
@@ -75,10 +75,11 @@ class Redactor:
         """The JSON-escaped forms of the secrets that json.dumps changes (quotes, \\, controls)."""
         return self._current()[2]
 
-    def memo(self) -> dict[str, str]:
+    def memo(self) -> dict[Any, str]:
         """text() of strings that come from code, not data (logger names, field names, a
-        message without arguments), kept by the formatter for the next record: valid while
-        no secret list changes (then it starts empty), at most MEMO strings."""
+        message without arguments), and the formatter's pieces of lines made of them, kept
+        for the next record: valid while no secret list changes (then it starts empty), at
+        most MEMO entries."""
         memo = self._memo
         if memo[0] != (_shared_version, self._version) or len(memo[1]) >= MEMO:
             memo = self._memo = ((_shared_version, self._version), {})
@@ -246,6 +247,9 @@ def _line_encoder() -> Callable[[Any], str]:
 
 
 _ENCODE = _line_encoder()
+# One string as the encoder writes it (ensure_ascii=False), quotes included.
+_STRING: Callable[[str], str] = json.encoder.encode_basestring
+_HEAD = frozenset({"time", "level", "logger", "message"})  # the keys every line starts with
 
 
 class JsonFormatter(logging.Formatter):
@@ -332,11 +336,51 @@ class JsonFormatter(logging.Formatter):
 
     def line(self, created: float, level: int, name: str, msg: str,
              fields: dict[str, Any]) -> str:
-        """format() of the record log.emit would make, without making it (tests compare)."""
-        out = self._head(created, int((created - int(created)) * 1000),
-                         logging.getLevelName(level), name, msg, False)
-        self._add(out, fields, fields)
-        return self._scrubbed(out)
+        """format() of the record log.emit would make, without making it (tests compare).
+        Written piece by piece, as the encoder would: the part after the time is the same
+        for every line of one (level, logger, message) and is kept, as is each field name's
+        `"name": `; values are redacted and encoded each time."""
+        memo = self.redactor.memo()
+        text = self.redactor.text
+        mid = memo.get((level, name, msg))
+        if mid is None:
+            head = self._head(0.0, 0.0, logging.getLevelName(level), name, msg, False)
+            mid = _ENCODE(head)[len('{"time": "1970-01-01T00:00:00.000Z"'):-1]
+            memo[(level, name, msg)] = mid
+        parts = [self._clock(created), mid]
+        for key, val in fields.items():
+            named = memo.get((key,))
+            if named is None:
+                if (key in _STANDARD or key in _HEAD or key[:1] == "_" or text(key) != key):
+                    # not printed, or a name the redactor changes (the dict path decides)
+                    out = self._head(created, int((created - int(created)) * 1000),
+                                     logging.getLevelName(level), name, msg, False)
+                    self._add(out, fields, fields)
+                    return self._scrubbed(out)
+                named = memo[(key,)] = ", " + _STRING(key) + ": "
+            parts.append(named)
+            kind = type(val)
+            if kind is str:
+                parts.append(_STRING(text(val)))
+            elif kind is int:
+                parts.append(int.__repr__(val))
+            else:
+                parts.append(_ENCODE(self.redactor.value(val)))
+        parts.append("}")
+        line = "".join(parts)
+        for enc in self.redactor.escaped():
+            if enc in line:
+                line = line.replace(enc, REDACTED)
+        return line
+
+    def _clock(self, created: float) -> str:
+        """`{"time": "…Z"`: the line's start (the time is ASCII: nothing to escape)."""
+        second = int(created)
+        cached = self._second
+        if cached[0] != second:
+            cached = self._second = (second, time.strftime("%Y-%m-%dT%H:%M:%S",
+                                                           time.gmtime(second)))
+        return f'{{"time": "{cached[1]}.{int((created - second) * 1000):03d}Z"'
 
 
 class TextFormatter(JsonFormatter):

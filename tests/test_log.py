@@ -330,3 +330,32 @@ def test_emit_with_gantry_handler_alone_writes_the_record_line() -> None:
     finally:
         root.handlers[:] = saved
     assert log._sole_handler(lg, logging.INFO) is None  # pytest's capture handlers are back
+
+
+def test_emit_line_is_the_record_line_for_every_kind_of_value() -> None:
+    """The line written piece by piece equals format() of the record, whatever the values
+    (text to escape, secrets plain and JSON-escaped, bools, floats, None, lists, maps) and
+    when a field is not printed (private, a LogRecord name) or a name is itself redacted."""
+    quoted = 'se"cret\\value'
+    buf = io.StringIO()
+    log.setup("info", [KEY, quoted], stream=buf)
+    fmt = next(h for h in logging.getLogger().handlers if h.get_name() == "gantry").formatter
+    assert isinstance(fmt, log.JsonFormatter)
+    lg = logging.getLogger("gantry.tools")
+    cases = [
+        {"tool": "st__echo", "ms": 7, "chars": 3},
+        {"s": 'a "quoted" \\ é \u2028 \n', "b": True, "f": 1.5, "n": None, "neg": -3},
+        {"l": [1, "x", KEY], "d": {"k": quoted, 2: "v"}, "t": (1, 2), "o": object()},
+        {"v": f"key {KEY}", "q": quoted, "u": "https://u:pw@h/x", "_private": 1},
+        {"tool": "x", KEY: 1},  # a field name that is a secret: the record path decides
+        {},
+    ]
+    for fields in cases:
+        for name, msg in (("gantry.tools", "tool call"), ("gantry.mcp", f"m {KEY}")):
+            created = 1796295776.044
+            record = log._record(name, logging.INFO, msg, fields)
+            record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0
+            for _ in range(2):  # the second time from the memo
+                assert fmt.line(created, logging.INFO, name, msg, fields) == fmt.format(record)
+    assert KEY not in fmt.line(1.0, logging.INFO, "gantry.tools", "m", cases[2])
+    lg.info("done")
