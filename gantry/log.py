@@ -115,11 +115,13 @@ _NO_FILE, _NO_FUNC = "(unknown file)", "(unknown function)"
 
 
 def emit(logger: logging.Logger, level: int, msg: str, fields: dict[str, Any]) -> None:
-    """`logger.log(level, msg, extra=fields)` for a record made on every tool call: the same
-    LogRecord, through the same filters and handlers, to the same line, only without the
-    stdlib's walk up the stack for the file, line and function that logged it (a third of
-    the record's cost under asyncio's deep stacks), which neither format prints. `fields`
-    must not name a LogRecord attribute (logger.log would refuse it; this does not check)."""
+    """`logger.log(level, msg, extra=fields)` for a record made on every tool call, to the
+    same line. With gantry's JSON handler the only place it would go, the line is written
+    without a LogRecord (_sole_handler); else the same LogRecord goes through the same
+    filters and handlers, only made without the stdlib's walk up the stack for the file,
+    line and function that logged it (a third of the record's cost under asyncio's deep
+    stacks), which neither format prints. `fields` must not name a LogRecord attribute
+    (logger.log would refuse it; this does not check)."""
     if not logger.isEnabledFor(level):
         return
     handler = _sole_handler(logger, level)
@@ -177,12 +179,28 @@ def _record(name: str, level: int, msg: str, fields: dict[str, Any]) -> logging.
         attrs["threadName"] = threading.current_thread().name
     if logging.logProcesses:
         attrs["process"] = _pid[0]
+    if "taskName" in same:  # Python 3.12+: the asyncio task's name, as LogRecord reads it
+        attrs["taskName"] = _task_name()
     attrs.update(fields)
     attrs["_fields"] = tuple(fields)  # what the formatter prints, without a walk of them all
     return record
 
 
 _new_record = object.__new__
+
+
+def _task_name() -> str | None:
+    if not getattr(logging, "logAsyncioTasks", False):
+        return None
+    import asyncio
+
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running loop
+        return None
+    return task.get_name() if task is not None else None
+
+
 # This process's id, read again in a forked child: os.getpid() is a system call per record.
 _pid = [os.getpid()]
 os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
