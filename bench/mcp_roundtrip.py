@@ -1,7 +1,15 @@
 """MCP overhead: tools/call through gantry's registry vs a bare SDK session; boot with N servers.
 
     python bench/mcp_roundtrip.py [--calls 1000] [--blocks 10] [--boots 3] [--binary dist/gantry]
-                                  [--http-calls 500] [--era-calls 500]
+                                  [--http-calls 500] [--era-calls 500] [--log both|info|off]
+
+Logging: gantry writes a `tool call` record (JSON, redacted) for every call at its default
+LOG_LEVEL=info, so a row without it flatters gantry. By default (`--log both`) the stdio row
+runs twice: first with gantry's logging set up as in production (`gantry.log.setup("info")`,
+JSON lines, only written to /dev/null instead of stderr: all the work of building, redacting,
+encoding and writing each record is kept), then with no logging set up (root logger at
+WARNING: no record is made), to show what the record costs. `--log info` or `--log off` runs
+only one of them; the HTTP, era and boot rows run with the first of the chosen settings.
 
 1. The same server binary (the static C fixture, tests/fakes/mcp_static.c: it answers in
    microseconds, so what is measured is the client side), one child per client, called with
@@ -257,6 +265,24 @@ def report(bare: Variant, gantry: Variant, blocks: int,
           f"max {ratios[-1]:.2f}x")
 
 
+def log_to_devnull(on: bool) -> None:
+    """`on`: gantry's own logging at info (its JSON handler on the root logger), written to
+    /dev/null; off: no handler of gantry's, root logger at WARNING (the default of a process
+    that set up no logging)."""
+    import logging
+
+    from gantry import log
+
+    root = logging.getLogger()
+    if on:
+        log.setup("info", stream=open(os.devnull, "w"))  # noqa: SIM115  # kept open for the run
+        return
+    for h in list(root.handlers):
+        if h.get_name() == "gantry":
+            root.removeHandler(h)
+    root.setLevel(logging.WARNING)
+
+
 def era_rows(calls: int, blocks: int) -> None:
     """The SDK fixture in each era, over stdio and over Streamable HTTP."""
     from tests.fakes.mcp_remote import fixture_http
@@ -284,11 +310,22 @@ def main() -> None:
                     help="calls per client over Streamable HTTP; 0 skips the HTTP row")
     ap.add_argument("--era-calls", type=int, default=500,
                     help="calls per client in each era row (2025, 2026); 0 skips them")
+    ap.add_argument("--log", choices=("both", "info", "off"), default="both",
+                    help="gantry's logging for the stdio row: at info (written to /dev/null), "
+                         "off, or both (default: info first, then off)")
     args = ap.parse_args()
     server = str(static_fixture())
     blocks = max(1, min(args.blocks, args.calls))
 
-    report(*anyio.run(roundtrip, server, args.calls, blocks), blocks)
+    settings = {"both": (True, False), "info": (True,), "off": (False,)}[args.log]
+    for n, on in enumerate(settings):
+        log_to_devnull(on)
+        if n:
+            print()
+        report(*anyio.run(roundtrip, server, args.calls, blocks), blocks,
+               "the static fixture over stdio, logging "
+               + ("at info (gantry's JSON records, to /dev/null)" if on else "off"))
+    log_to_devnull(settings[0])
     if args.http_calls > 0:
         from tests.fakes.mcp_remote import everything_http
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -22,6 +24,7 @@ _BARE_TOKEN = re.compile(r"\b[0-9]{5,}:[A-Za-z0-9_-]{30,}\b")
 # Credentials inside any URL: scheme://user:password@host (e.g. LLM_BASE_URL via a proxy).
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"]+@")
 REDACTED = "[REDACTED]"
+MEMO = 512  # strings a Redactor's memo() keeps before it starts again
 
 # Secrets learnt after the redactors were made (an MCP server's header values): every
 # Redactor hides these too, so logs, `gantry check` and boot errors need no re-wiring.
@@ -42,6 +45,7 @@ class Redactor:
         self._version = 0  # bumped by add(), like _shared_version
         # (version of _SHARED and of our own list, all secrets, their JSON-escaped forms)
         self._all: tuple[tuple[int, int], list[str], list[str]] = ((-1, -1), [], [])
+        self._memo: tuple[tuple[int, int], dict[Any, str]] = ((-1, -1), {})
         self.add(*secrets)
 
     def add(self, *secrets: str) -> None:
@@ -71,6 +75,16 @@ class Redactor:
         """The JSON-escaped forms of the secrets that json.dumps changes (quotes, \\, controls)."""
         return self._current()[2]
 
+    def memo(self) -> dict[Any, str]:
+        """text() of strings that come from code, not data (logger names, field names, a
+        message without arguments), and the formatter's pieces of lines made of them, kept
+        for the next record: valid while no secret list changes (then it starts empty), at
+        most MEMO entries."""
+        memo = self._memo
+        if memo[0] != (_shared_version, self._version) or len(memo[1]) >= MEMO:
+            memo = self._memo = ((_shared_version, self._version), {})
+        return memo[1]
+
     def text(self, s: str) -> str:
         for secret in self._current()[1]:
             if secret in s:
@@ -94,6 +108,104 @@ class Redactor:
 
 
 _PLAIN = (bool, int, float)
+
+# Where a record made by emit() says it was logged from: what the stdlib itself writes when
+# it is told not to look (logging._srcfile = None).
+_NO_FILE, _NO_FUNC = "(unknown file)", "(unknown function)"
+
+
+def emit(logger: logging.Logger, level: int, msg: str, fields: dict[str, Any]) -> None:
+    """`logger.log(level, msg, extra=fields)` for a record made on every tool call, to the
+    same line. With gantry's JSON handler the only place it would go, the line is written
+    without a LogRecord (_sole_handler); else the same LogRecord goes through the same
+    filters and handlers, only made without the stdlib's walk up the stack for the file,
+    line and function that logged it (a third of the record's cost under asyncio's deep
+    stacks), which neither format prints. `fields` must not name a LogRecord attribute
+    (logger.log would refuse it; this does not check)."""
+    if not logger.isEnabledFor(level):
+        return
+    handler = _sole_handler(logger, level)
+    if handler is None:
+        logger.handle(_record(logger.name, level, msg, fields))
+    else:
+        handler.write_line(time.time(), level, logger.name, msg, fields)
+
+
+def _sole_handler(logger: logging.Logger, level: int) -> _LineHandler | None:
+    """gantry's JSON handler when it is the one place a record of `logger` at `level` would
+    go, with no filter on the way (production: setup() installs only it): the line can be
+    written without a LogRecord. None when anything else would see the record (a handler
+    another part added, pytest's capture, a filter, a text format): then it is made."""
+    if logger.disabled or logger.filters:
+        return None
+    found = None
+    node: logging.Logger | None = logger
+    while node is not None:
+        for h in node.handlers:
+            if found is not None or type(h) is not _LineHandler:
+                return None
+            found = h
+        node = node.parent if node.propagate else None
+    if (found is None or found.filters or level < found.level
+            or type(found.formatter) is not JsonFormatter):
+        return None
+    return found
+
+
+# A real LogRecord's attributes, made once per level: an emit() record starts as a copy and
+# has its clock, name, message, thread and process set.
+_SAME: dict[int, dict[str, Any]] = {}
+
+
+def _record(name: str, level: int, msg: str, fields: dict[str, Any]) -> logging.LogRecord:
+    """What logger.makeRecord(name, level, _NO_FILE, 0, msg, (), None, _NO_FUNC, fields)
+    makes (tests compare the two), without LogRecord's path splitting and lookups (half the
+    cost of a record). The stdlib's record factory is not consulted: gantry sets none."""
+    ct = time.time()
+    same = _SAME.get(level)
+    if same is None:
+        made = logging.LogRecord(name, level, _NO_FILE, 0, msg, (), None, _NO_FUNC)
+        same = _SAME[level] = dict(vars(made))  # (in its order, which the fields keep)
+    record = _new_record(logging.LogRecord)
+    attrs = record.__dict__
+    attrs.update(same)
+    attrs["name"] = name
+    attrs["msg"] = msg
+    attrs["created"] = ct
+    attrs["msecs"] = int((ct - int(ct)) * 1000) + 0.0
+    attrs["relativeCreated"] = (ct - _LOGGING_STARTED) * 1000
+    if logging.logThreads:
+        attrs["thread"] = threading.get_ident()
+        attrs["threadName"] = threading.current_thread().name
+    if logging.logProcesses:
+        attrs["process"] = _pid[0]
+    if "taskName" in same:  # Python 3.12+: the asyncio task's name, as LogRecord reads it
+        attrs["taskName"] = _task_name()
+    attrs.update(fields)
+    attrs["_fields"] = tuple(fields)  # what the formatter prints, without a walk of them all
+    return record
+
+
+_new_record = object.__new__
+
+
+def _task_name() -> str | None:
+    if not getattr(logging, "logAsyncioTasks", False):
+        return None
+    import asyncio
+
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running loop
+        return None
+    return task.get_name() if task is not None else None
+
+
+# This process's id, read again in a forked child: os.getpid() is a system call per record.
+_pid = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
+# When logging was imported: what a LogRecord's relativeCreated counts from (not in typeshed).
+_LOGGING_STARTED: float = getattr(logging, "_startTime", time.time())
 
 
 def share_secrets(*secrets: str) -> None:
@@ -134,8 +246,28 @@ def url_secrets(url: str) -> list[str]:
     return [raw, raw.partition(":")[2], unquote(raw.partition(":")[2])]
 
 
-# json.dumps(..., ensure_ascii=False, default=str) without a new encoder per line.
-_ENCODE = json.JSONEncoder(ensure_ascii=False, default=str).encode
+def _line_encoder() -> Callable[[Any], str]:
+    """json.dumps(..., ensure_ascii=False, default=str), same text, made once: JSONEncoder
+    builds its C encoder anew for every line (and a dict to catch cycles, which cannot occur
+    here: the redactor has already copied every field into fresh dicts and lists)."""
+    from json import encoder
+
+    full = json.JSONEncoder(ensure_ascii=False, default=str).encode
+    make = getattr(encoder, "c_make_encoder", None)  # (not in typeshed)
+    if make is None:  # no _json accelerator: the pure-Python encoder, built per line
+        return full
+    chunks = make(None, str, encoder.encode_basestring, None, ": ", ", ", False, False, True)
+
+    def encode(obj: Any) -> str:
+        return "".join(chunks(obj, 0))
+
+    return encode
+
+
+_ENCODE = _line_encoder()
+# One string as the encoder writes it (ensure_ascii=False), quotes included.
+_STRING: Callable[[str], str] = json.encoder.encode_basestring
+_HEAD = frozenset({"time", "level", "logger", "message"})  # the keys every line starts with
 
 
 class JsonFormatter(logging.Formatter):
@@ -155,35 +287,118 @@ class JsonFormatter(logging.Formatter):
             message = record.getMessage()
         except Exception:  # a bad %-format in a third-party logger must not kill logging
             message = f"{record.msg!r} {record.args!r}"
-        second = int(record.created)
-        cached = self._second
-        if cached[0] != second:
-            cached = self._second = (second, time.strftime("%Y-%m-%dT%H:%M:%S",
-                                                           time.gmtime(second)))
-        text, value = self.redactor.text, self.redactor.value
-        out: dict[str, Any] = {
-            "time": f"{cached[1]}.{int(record.msecs):03d}Z",
-            "level": _LEVEL_NAMES.get(record.levelname) or record.levelname.lower(),
-            "logger": value(record.name),  # None in a makeLogRecord({}) record
-            "message": text(message),
-        }
-        for key, val in record.__dict__.items():
-            if key not in _STANDARD and key not in out and not key.startswith("_"):
-                out[text(key)] = value(val)
+        out = self._head(record.created, record.msecs, record.levelname, record.name,
+                         message, bool(record.args))
+        attrs = record.__dict__
+        self._add(out, attrs, attrs.get("_fields") or attrs)  # an emit() record names them
         if record.exc_info and record.exc_info[1] is not None:
+            text = self.redactor.text
             exc = record.exc_info[1]
             out["error"] = text(f"{type(exc).__name__}: {exc}")
             if record.levelno >= logging.ERROR or record.levelno <= logging.DEBUG:
                 out["traceback"] = text(self.formatException(record.exc_info))
         return out
 
-    def format(self, record: logging.LogRecord) -> str:
-        line: str = _ENCODE(self.fields(record))
+    def _head(self, created: float, msecs: float, levelname: str, name: Any, message: str,
+              args: bool) -> dict[str, Any]:
+        """time, level, logger and message; `args`: the message was %-formatted from data
+        (else it is the code's text, redacted once and then remembered)."""
+        second = int(created)
+        cached = self._second
+        if cached[0] != second:
+            cached = self._second = (second, time.strftime("%Y-%m-%dT%H:%M:%S",
+                                                           time.gmtime(second)))
+        redactor = self.redactor
+        text, memo = redactor.text, redactor.memo()
+        if type(name) is str:  # None in a makeLogRecord({}) record
+            logger = memo.get(name)
+            if logger is None:
+                logger = memo[name] = text(name)
+        else:
+            logger = redactor.value(name)
+        if args:
+            message = text(message)
+        else:
+            said = memo.get(message)
+            message = memo[message] = text(message) if said is None else said
+        return {
+            "time": f"{cached[1]}.{int(msecs):03d}Z",
+            "level": _LEVEL_NAMES.get(levelname) or levelname.lower(),
+            "logger": logger,
+            "message": message,
+        }
+
+    def _add(self, out: dict[str, Any], attrs: dict[str, Any], keys: Iterable[str]) -> None:
+        """The fields among `keys` (not a LogRecord attribute, not private), redacted."""
+        redactor = self.redactor
+        text, value, memo = redactor.text, redactor.value, redactor.memo()
+        for key in keys:
+            if key in _STANDARD or key in out or key[:1] == "_":
+                continue
+            val = attrs[key]
+            field = memo.get(key)
+            if field is None:
+                field = memo[key] = text(key)
+            out[field] = val if type(val) is int else value(val)
+
+    def _scrubbed(self, out: dict[str, Any]) -> str:
+        line: str = _ENCODE(out)
         # Secrets may contain characters json escapes; scrub the encoded form too.
         for enc in self.redactor.escaped():
             if enc in line:
                 line = line.replace(enc, REDACTED)
         return line
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self._scrubbed(self.fields(record))
+
+    def line(self, created: float, level: int, name: str, msg: str,
+             fields: dict[str, Any]) -> str:
+        """format() of the record log.emit would make, without making it (tests compare).
+        Written piece by piece, as the encoder would: the part after the time is the same
+        for every line of one (level, logger, message) and is kept, as is each field name's
+        `"name": `; values are redacted and encoded each time."""
+        memo = self.redactor.memo()
+        text = self.redactor.text
+        mid = memo.get((level, name, msg))
+        if mid is None:
+            head = self._head(0.0, 0.0, logging.getLevelName(level), name, msg, False)
+            mid = _ENCODE(head)[len('{"time": "1970-01-01T00:00:00.000Z"'):-1]
+            memo[(level, name, msg)] = mid
+        parts = [self._clock(created), mid]
+        for key, val in fields.items():
+            named = memo.get((key,))
+            if named is None:
+                if (key in _STANDARD or key in _HEAD or key[:1] == "_" or text(key) != key):
+                    # not printed, or a name the redactor changes (the dict path decides)
+                    out = self._head(created, int((created - int(created)) * 1000),
+                                     logging.getLevelName(level), name, msg, False)
+                    self._add(out, fields, fields)
+                    return self._scrubbed(out)
+                named = memo[(key,)] = ", " + _STRING(key) + ": "
+            parts.append(named)
+            kind = type(val)
+            if kind is str:
+                parts.append(_STRING(text(val)))
+            elif kind is int:
+                parts.append(int.__repr__(val))
+            else:
+                parts.append(_ENCODE(self.redactor.value(val)))
+        parts.append("}")
+        line = "".join(parts)
+        for enc in self.redactor.escaped():
+            if enc in line:
+                line = line.replace(enc, REDACTED)
+        return line
+
+    def _clock(self, created: float) -> str:
+        """`{"time": "…Z"`: the line's start (the time is ASCII: nothing to escape)."""
+        second = int(created)
+        cached = self._second
+        if cached[0] != second:
+            cached = self._second = (second, time.strftime("%Y-%m-%dT%H:%M:%S",
+                                                           time.gmtime(second)))
+        return f'{{"time": "{cached[1]}.{int((created - second) * 1000):03d}Z"'
 
 
 class TextFormatter(JsonFormatter):
@@ -246,7 +461,7 @@ def setup(
     """Install the redacting handler on the root logger (idempotent); return its redactor."""
     redactor = Redactor(secrets)
     out = stream or sys.stderr
-    handler = logging.StreamHandler(out)
+    handler = _LineHandler(out)
     formatter = TextFormatter if resolve_format(fmt, out) == "text" else JsonFormatter
     handler.setFormatter(formatter(redactor))
     handler.set_name("gantry")
@@ -264,6 +479,39 @@ def setup(
     logging.captureWarnings(True)
     _route_uncaught(redactor)
     return redactor
+
+
+class _LineHandler(logging.StreamHandler):
+    """A StreamHandler that flushes each line under the lock handle() already holds, not
+    taking it a second time as StreamHandler.flush() does (one line per tool call)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+            stream = self.stream
+            stream.write(line + self.terminator)
+            stream.flush()
+        except RecursionError:  # as StreamHandler.emit: a stack overflow is not swallowed
+            raise
+        except Exception:
+            self.handleError(record)
+
+    def write_line(self, created: float, level: int, name: str, msg: str,
+                   fields: dict[str, Any]) -> None:
+        """What handle() of an emit() record writes, with no record made (_sole_handler)."""
+        formatter = self.formatter
+        assert isinstance(formatter, JsonFormatter)
+        self.acquire()
+        try:
+            stream = self.stream
+            stream.write(formatter.line(created, level, name, msg, fields) + self.terminator)
+            stream.flush()
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(_record(name, level, msg, fields))
+        finally:
+            self.release()
 
 
 def _route_uncaught(redactor: Redactor) -> None:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from gantry import log as logsetup
 from gantry.model.messages import FunctionDef, ToolDef
 from gantry.model.salvage import canonical, parse_arguments, resolve_name
 from gantry.session import est_tokens
@@ -212,14 +213,9 @@ class Registry:
             log.exception("tool raised", extra={"tool": name})
             return self._error(name, f"the tool failed: {type(exc).__name__}: {exc}")
         if log.isEnabledFor(logging.INFO):  # the hot path: no record work when it is off
-            log.info(
-                "tool call",
-                extra={
-                    "tool": name,
-                    "ms": round((time.monotonic() - started) * 1000),
-                    "chars": len(text),
-                },
-            )
+            logsetup.emit(log, logging.INFO, "tool call", {
+                "tool": name, "ms": round((time.monotonic() - started) * 1000),
+                "chars": len(text)})
         return ToolResult(truncate(text, self.result_max_chars), chars=len(text))
 
     def _error(self, name: str, message: str) -> ToolResult:

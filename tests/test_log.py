@@ -244,3 +244,118 @@ def test_text_format_prints_ints_as_json_does() -> None:
         "tool call", extra={"tool": "st__echo", "ms": 12, "chars": -3, "ok": True, "f": 1.5})
     assert buf.getvalue().strip().endswith(
         "info gantry.tools: tool call tool=st__echo ms=12 chars=-3 ok=true f=1.5")
+
+
+def test_emit_makes_the_record_logger_log_would(stream: io.StringIO) -> None:
+    """log.emit's record is makeRecord's (same attributes, in the same order, same values
+    but the clock), goes through the same handlers, and prints the same line as logger.info
+    with extra= (but the time), secrets in its fields redacted."""
+    lg = logging.getLogger("gantry.tools")
+    fields = {"tool": "st__echo", "ms": 3, "chars": 42, "note": f"k={KEY}"}
+    made = lg.makeRecord(lg.name, logging.INFO, "(unknown file)", 0, "tool call", (), None,
+                         "(unknown function)", fields)
+    ours = log._record(lg.name, logging.INFO, "tool call", fields)
+    mine, theirs = vars(ours), vars(made)
+    assert [k for k in mine if k != "_fields"] == list(theirs)
+    clock = {"created", "msecs", "relativeCreated"}
+    assert {k: v for k, v in mine.items() if k not in clock | {"_fields"}} == {
+        k: v for k, v in theirs.items() if k not in clock}
+    assert abs(ours.relativeCreated - made.relativeCreated) < 50
+    log.emit(lg, logging.INFO, "tool call", fields)
+    lg.info("tool call", extra=fields)
+    log.emit(lg, logging.DEBUG - 1, "not enabled", fields)
+    a, b = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert {**a, "time": ""} == {**b, "time": ""} and a["note"] == f"k={log.REDACTED}"
+    assert KEY not in stream.getvalue()
+
+
+def test_line_encoder_writes_what_json_dumps_does() -> None:
+    value = {"a": "é \u2028 \"q\" \\", "n": [1, 2.5, None, True], "d": {"k": -3}, "e": {}}
+    assert log._ENCODE(value) == json.dumps(value, ensure_ascii=False, default=str)
+
+
+def test_memo_forgets_when_a_secret_is_learnt() -> None:
+    """A remembered field name stops being shown as it was once it becomes a secret."""
+    buf = io.StringIO()
+    redactor = log.setup("info", [], stream=buf)
+    lg = logging.getLogger("gantry.tools")
+    lg.info("m", extra={"abcdefgh-field": 1})
+    redactor.add("abcdefgh-field")
+    lg.info("m", extra={"abcdefgh-field": 1})
+    first, second = (json.loads(line) for line in buf.getvalue().splitlines())
+    assert "abcdefgh-field" in first and log.REDACTED in second
+
+
+def test_emit_record_has_the_pid_of_a_forked_child() -> None:
+    import os
+
+    lg = logging.getLogger("gantry.tools")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its records carry its own pid
+        rec = log._record(lg.name, logging.INFO, "m", {})
+        os.write(w, str(rec.process == os.getpid()).encode())
+        os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    assert os.read(r, 10) == b"True"
+    assert log._record(lg.name, logging.INFO, "m", {}).process == os.getpid()
+
+
+def test_emit_with_gantry_handler_alone_writes_the_record_line() -> None:
+    """With gantry's JSON handler the only one (production; pytest adds its own, so this test
+    takes them off), emit writes the line without a record: the same line logger.info
+    writes (but the time), redacted; any other handler, a filter or the text format gets a
+    real record again."""
+    buf = io.StringIO()
+    log.setup("info", [KEY], stream=buf)
+    root = logging.getLogger()
+    lg = logging.getLogger("gantry.tools")
+    ours = [h for h in root.handlers if h.get_name() == "gantry"]
+    saved = list(root.handlers)
+    root.handlers[:] = ours
+    try:
+        assert log._sole_handler(lg, logging.INFO) is ours[0]
+        fields = {"tool": "st__echo", "ms": 7, "chars": 3, "note": f"k={KEY}", "_x": 1}
+        log.emit(lg, logging.INFO, "tool call", fields)
+        lg.info("tool call", extra=fields)
+        a, b = (json.loads(line) for line in buf.getvalue().splitlines())
+        assert {**a, "time": ""} == {**b, "time": ""} and list(a) == list(b)
+        assert a["note"] == f"k={log.REDACTED}" and KEY not in buf.getvalue()
+        lg.addFilter(lambda r: True)
+        assert log._sole_handler(lg, logging.INFO) is None
+        lg.filters.clear()
+        root.addHandler(logging.NullHandler())
+        assert log._sole_handler(lg, logging.INFO) is None
+    finally:
+        root.handlers[:] = saved
+    assert log._sole_handler(lg, logging.INFO) is None  # pytest's capture handlers are back
+
+
+def test_emit_line_is_the_record_line_for_every_kind_of_value() -> None:
+    """The line written piece by piece equals format() of the record, whatever the values
+    (text to escape, secrets plain and JSON-escaped, bools, floats, None, lists, maps) and
+    when a field is not printed (private, a LogRecord name) or a name is itself redacted."""
+    quoted = 'se"cret\\value'
+    buf = io.StringIO()
+    log.setup("info", [KEY, quoted], stream=buf)
+    fmt = next(h for h in logging.getLogger().handlers if h.get_name() == "gantry").formatter
+    assert isinstance(fmt, log.JsonFormatter)
+    lg = logging.getLogger("gantry.tools")
+    cases = [
+        {"tool": "st__echo", "ms": 7, "chars": 3},
+        {"s": 'a "quoted" \\ é \u2028 \n', "b": True, "f": 1.5, "n": None, "neg": -3},
+        {"l": [1, "x", KEY], "d": {"k": quoted, 2: "v"}, "t": (1, 2), "o": object()},
+        {"v": f"key {KEY}", "q": quoted, "u": "https://u:pw@h/x", "_private": 1},
+        {"tool": "x", KEY: 1},  # a field name that is a secret: the record path decides
+        {},
+    ]
+    for fields in cases:
+        for name, msg in (("gantry.tools", "tool call"), ("gantry.mcp", f"m {KEY}")):
+            created = 1796295776.044
+            record = log._record(name, logging.INFO, msg, fields)
+            record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0
+            for _ in range(2):  # the second time from the memo
+                assert fmt.line(created, logging.INFO, name, msg, fields) == fmt.format(record)
+    assert KEY not in fmt.line(1.0, logging.INFO, "gantry.tools", "m", cases[2])
+    lg.info("done")

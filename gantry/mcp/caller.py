@@ -155,7 +155,7 @@ class Caller:
         if (catalog.runs_tasks or catalog.every_call_a_task) and catalog.as_task(tool):
             return await self.tasks.call(session, tool, args, self.asking, timeout, self.cap)
         deadline = Deadline(timeout, self.cap, MAX_CALL_SECONDS)
-        with deadline.scope:
+        with deadline:
 
             async def progress(done: float, total: float | None, message: str | None) -> None:
                 deadline.alive()

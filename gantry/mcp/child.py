@@ -9,6 +9,7 @@ too, and every wait is bounded.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -156,11 +157,18 @@ def warn_once(child: Child, kind: str, message: str, **extra: Any) -> None:
     log.log(level, message, extra={"server": child.spec.name, **extra})
 
 
-def _incoming(child: Child, line: bytes) -> Any:
-    """The SessionMessage for one stdout line, or None to drop it; see gantry/mcp/wire.py."""
+@functools.cache
+def _session_message() -> Any:
+    """The SDK's SessionMessage class, imported on the first line (not once per line)."""
     from mcp.shared.message import SessionMessage
 
+    return SessionMessage
+
+
+def _incoming(child: Child, line: bytes) -> Any:
+    """The SessionMessage for one stdout line, or None to drop it; see gantry/mcp/wire.py."""
     decoded = wire.decode(line)
+    SessionMessage = _session_message()  # the class, imported once
     if decoded.message is not None:
         if decoded.repaired:
             warn_once(child, "repaired", "mcp server sent text that is not valid Unicode; "
@@ -201,7 +209,9 @@ async def _read_stdout(
                 while (nl := buf.find(b"\n")) >= 0:
                     line = bytes(buf[:nl])
                     del buf[: nl + 1]
-                    if line.strip() and (item := _incoming(child, line)) is not None:
+                    if not line or line.isspace():  # (strip() without the copy)
+                        continue
+                    if (item := _incoming(child, line)) is not None:
                         await send.send(item)
     except (anyio.ClosedResourceError, anyio.BrokenResourceError):
         pass

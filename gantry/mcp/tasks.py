@@ -184,7 +184,7 @@ class Tasks:
         try:
             deadline = Deadline(timeout, cap, MAX_CALL_SECONDS)
             scope = deadline.scope
-            with scope, asking.running(deadline):
+            with deadline, asking.running(deadline):
                 if task_id is None:
                     if key is not None and book is not None:
                         book.sending(*key, self.server, tool)

@@ -10,6 +10,7 @@ Pure functions; `child.py` does the I/O and the logging.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator
@@ -34,10 +35,17 @@ class Decoded:
     reply_to: RequestId | None = None
 
 
-def decode(line: bytes) -> Decoded:
-    """Strict first (the SDK's own adapter, the fast path); leniently only when that fails."""
+@functools.cache
+def _adapter() -> Any:
+    """mcp_types' message adapter, imported on the first line (not per line, nor at import)."""
     from mcp_types import jsonrpc_message_adapter
 
+    return jsonrpc_message_adapter
+
+
+def decode(line: bytes) -> Decoded:
+    """Strict first (the SDK's own adapter, the fast path); leniently only when that fails."""
+    jsonrpc_message_adapter = _adapter()
     try:
         return Decoded(jsonrpc_message_adapter.validate_json(line, by_name=False))
     except ValueError:
