@@ -172,22 +172,25 @@ def test_query_words_keep_have_where_it_is_the_main_verb() -> None:
     assert ranking.query_words("Have you had lunch?") == ["had", "lunch"]
     assert ranking.query_words("Nate had turtles") == ["nate", "turtles"]  # not a question
     assert ranking.query_words("What does Nate do?") == ["nate"]
+    assert ranking.query_words("What console does Nate own?") == ["console", "nate", "own"]
+    assert ranking.query_words("Did she start her own store?") == ["start", "store"]
 
 
 AUX = st.sampled_from(["does", "did", "will", "has", "is", "was", "and", "the"])
 NAME = st.lists(st.sampled_from(["nate", "mel", "ana", "her", "kids"]), min_size=1, max_size=4)
 
 
-@given(aux=AUX, subject=NAME, verb=st.sampled_from(["have", "had"]),
+@given(aux=AUX, subject=NAME, verb=st.sampled_from(["have", "had", "own"]),
        after=st.sampled_from(["turtles", "been", "to", "a", ""]))
 def test_have_counts_only_after_an_auxiliary_and_a_short_subject(
     aux: str, subject: list[str], verb: str, after: str,
 ) -> None:
     """The main-verb reading needs an auxiliary (do, a modal, have) one to three words before
-    the verb and no 'been' / 'to' after it; otherwise 'have' stays a stopword."""
+    the verb, not a possessive right before it ('her own') and no 'been' / 'to' after it;
+    otherwise 'have' / 'own' stays a stopword."""
     query = " ".join(["what", aux, *subject, verb, after, "today"])
     main = (aux in {"does", "did", "will", "has"} and len(subject) <= 3
-            and after not in {"been", "to"})
+            and subject[-1] != "her" and after not in {"been", "to"})
     assert (verb in ranking.query_words(query)) == main
 
 

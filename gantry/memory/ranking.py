@@ -65,15 +65,17 @@ STOPWORDS = frozenset(_STOPWORDS.split()) | frozenset(_FRAME.split())
 # 'How long', 'how many', 'how often': the question asks for a duration, a count, a rate;
 # the word after 'how' is its frame too ('long' matched 'a long walk', not the duration).
 _HOW = re.compile(r"\bhow (long|many|much|often|far|old)\b")
-# 'Have' after an auxiliary and the one to three words of its subject is the question's main
-# verb, not an auxiliary: 'what pets does Nate have', 'how long has Nate had his turtles' ask
-# what someone has, which rows say with has / had ('Nate has turtles'), so it is looked for
-# (with its forms, lexicon.py) like a content word. Not before 'been' or 'to' ('would she
-# have been', 'does he have to'), where it is an auxiliary again. 'Do' as a main verb ('what
-# does Nate do') stays a stopword: it stands for the activity asked about and names none.
+# 'Have' (or 'own') after an auxiliary and the one to three words of its subject is the
+# question's main verb, not an auxiliary (nor 'her own'): 'what pets does Nate have', 'how
+# long has Nate had his turtles', 'what do Tim and John own' ask what someone has, which rows
+# say with has / had ('Nate has turtles'), so it is looked for (with its forms, lexicon.py)
+# like a content word. Not before 'been' or 'to' ('would she have been', 'does he have to'),
+# where 'have' is an auxiliary again. 'Do' as a main verb ('what does Nate do') stays a
+# stopword: it stands for the activity asked about and names none; so does 'be'.
 _HAVE = re.compile(
     r"\b(?:do|does|did|will|would|could|can|should|might|may|must|has|have|had)"
-    r"(?: [\w'’]+){1,3}? (have|had)\b(?! (?:been|to)\b)"
+    r"(?: [\w'’]+){0,2}? (?!(?:her|his|my|our|their|your|its) )[\w'’]+ (have|had|own)\b"
+    r"(?! (?:been|to)\b)"
 )
 
 
