@@ -65,6 +65,18 @@ STOPWORDS = frozenset(_STOPWORDS.split()) | frozenset(_FRAME.split())
 # 'How long', 'how many', 'how often': the question asks for a duration, a count, a rate;
 # the word after 'how' is its frame too ('long' matched 'a long walk', not the duration).
 _HOW = re.compile(r"\bhow (long|many|much|often|far|old)\b")
+# 'Have' (or 'own') after an auxiliary and the one to three words of its subject is the
+# question's main verb, not an auxiliary (nor 'her own'): 'what pets does Nate have', 'how
+# long has Nate had his turtles', 'what do Tim and John own' ask what someone has, which rows
+# say with has / had ('Nate has turtles'), so it is looked for (with its forms, lexicon.py)
+# like a content word. Not before 'been' or 'to' ('would she have been', 'does he have to'),
+# where 'have' is an auxiliary again. 'Do' as a main verb ('what does Nate do') stays a
+# stopword: it stands for the activity asked about and names none; so does 'be'.
+_HAVE = re.compile(
+    r"\b(?:do|does|did|will|would|could|can|should|might|may|must|has|have|had)"
+    r"(?: [\w'’]+){0,2}? (?!(?:her|his|my|our|their|your|its) )[\w'’]+ (have|had|own)\b"
+    r"(?! (?:been|to)\b)"
+)
 
 
 def words(text: str, limit: int = QUERY_TERMS) -> list[str]:
@@ -112,11 +124,13 @@ def _pieces(word: str, index: bool) -> list[str]:
 
 def query_words(text: str, limit: int = QUERY_TERMS) -> list[str]:
     """The words recall looks for: every distinct content word (stopwords and the word of a
-    'how long' / 'how many' frame dropped), or all words when the query is nothing but
-    those ('who am I')."""
+    'how long' / 'how many' frame dropped, 'have' kept where it is the main verb), or all
+    words when the query is nothing but those ('who am I')."""
     every = words(text, 10 * limit)
-    frame = set(_HOW.findall(text.lower()))
-    content = [w for w in every if w not in STOPWORDS and w not in frame]
+    lower = text.lower()
+    frame = set(_HOW.findall(lower))
+    main = set(_HAVE.findall(lower))
+    content = [w for w in every if (w not in STOPWORDS or w in main) and w not in frame]
     return (content or every)[:limit]
 
 
