@@ -44,6 +44,7 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "build"))
@@ -140,19 +141,14 @@ MCP_WEB_MODULES = (*WEB_STACK, *NOT_FOLLOWED)
 
 def mcp_lean_config() -> Path:
     """Write the Nuitka package configuration for the installed mcp; return its path."""
-    import ast
-
     from lean_common import LeanError, installed
     from mcp_lean import package_config
 
     try:
-        tree = ast.parse(installed("mcp").read_text())
+        source = installed("mcp").read_text()
     except LeanError as exc:
         raise SystemExit(f"build: {exc} in the build environment") from None
-    names = next(
-        ast.literal_eval(node.value) for node in tree.body
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "__all__"
-    )
+    names = assigned(source, "__all__")
     MCP_LEAN_CONFIG.parent.mkdir(parents=True, exist_ok=True)
     MCP_LEAN_CONFIG.write_text(package_config(list(names)))
     return MCP_LEAN_CONFIG
@@ -344,8 +340,6 @@ def run_nuitka(cmd: list[str], log_path: Path) -> tuple[int, dict[str, int]]:
 
 def check_report(report: Path) -> None:
     """The binary must hold the *staged* gantry (with _build_info), not an installed copy."""
-    import xml.etree.ElementTree as ET
-
     root = ET.parse(report).getroot()
     ours = {
         m.get("name"): m.get("source_path", "")
@@ -380,17 +374,20 @@ def compiled_to_c(root: ET.Element, allowed: tuple[str, ...] = ()) -> list[str]:
 
 def plugin_constant(name: str) -> tuple[str, ...]:
     """A tuple constant of build/static_onefile.py, read without importing it (it needs Nuitka)."""
+    return tuple(assigned(PLUGIN.read_text(), name))
+
+
+def assigned(source: str, name: str) -> Any:
+    """The literal a module's source assigns to `name` at its top level, read without
+    running the module."""
     import ast
 
-    tree = ast.parse(PLUGIN.read_text())
-    return next(tuple(ast.literal_eval(node.value)) for node in tree.body
+    return next(ast.literal_eval(node.value) for node in ast.parse(source).body
                 if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == name)
 
 
 def web_stack_in(report: Path) -> list[str]:
     """Top-level WEB_STACK packages the compilation report lists (should be none)."""
-    import xml.etree.ElementTree as ET
-
     root = ET.parse(report).getroot()
     tops = {m.get("name", "").split(".")[0] for m in root.iter("module")}
     return sorted(tops & set(WEB_STACK))

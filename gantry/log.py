@@ -303,11 +303,7 @@ class JsonFormatter(logging.Formatter):
               args: bool) -> dict[str, Any]:
         """time, level, logger and message; `args`: the message was %-formatted from data
         (else it is the code's text, redacted once and then remembered)."""
-        second = int(created)
-        cached = self._second
-        if cached[0] != second:
-            cached = self._second = (second, time.strftime("%Y-%m-%dT%H:%M:%S",
-                                                           time.gmtime(second)))
+        date = self._date(int(created))
         redactor = self.redactor
         text, memo = redactor.text, redactor.memo()
         if type(name) is str:  # None in a makeLogRecord({}) record
@@ -322,7 +318,7 @@ class JsonFormatter(logging.Formatter):
             said = memo.get(message)
             message = memo[message] = text(message) if said is None else said
         return {
-            "time": f"{cached[1]}.{int(msecs):03d}Z",
+            "time": f"{date}.{int(msecs):03d}Z",
             "level": _LEVEL_NAMES.get(levelname) or levelname.lower(),
             "logger": logger,
             "message": message,
@@ -394,11 +390,15 @@ class JsonFormatter(logging.Formatter):
     def _clock(self, created: float) -> str:
         """`{"time": "…Z"`: the line's start (the time is ASCII: nothing to escape)."""
         second = int(created)
+        return f'{{"time": "{self._date(second)}.{int((created - second) * 1000):03d}Z"'
+
+    def _date(self, second: int) -> str:
+        """The UTC date and time of `second` to the second, made once per second."""
         cached = self._second
         if cached[0] != second:
             cached = self._second = (second, time.strftime("%Y-%m-%dT%H:%M:%S",
                                                            time.gmtime(second)))
-        return f'{{"time": "{cached[1]}.{int((created - second) * 1000):03d}Z"'
+        return cached[1]
 
 
 class TextFormatter(JsonFormatter):
