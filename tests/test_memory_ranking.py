@@ -253,6 +253,81 @@ def test_recency_is_a_bounded_tie_breaker() -> None:
     assert 1.0 <= ranking.recency(10_000) < ranking.recency(30) < ranking.recency(0)
 
 
+TEXT_WORDS = st.lists(
+    st.sampled_from(["Ana", "ana", "Paris", "Bo", "for", "three", "years", "since", "ago",
+                     "painted", ".", "'Dune'", "a", "while", "Friday"]),
+    max_size=10,
+).map(" ".join)
+
+
+def test_answer_shape_reads_what_a_question_asks_for() -> None:
+    shape = ranking.answer_shape
+    assert shape("How long has Melanie been practicing art?") == "duration"
+    assert shape("For how long has Nate had his turtles?") == "duration"
+    assert shape("How long ago was Caroline's 18th birthday?") is None  # a time
+    assert shape("What book did Caroline recommend?") == "name"
+    assert shape("Which US cities has John been to?") == "name"
+    assert shape("What fantasy movies does Tim like?") == "name"
+    assert shape("What is the name of Maria's puppy?") == "name"
+    assert shape("What are Maria's dogs' names?") == "name"
+    assert shape("What type of movies does Nate enjoy?") is None  # a genre
+    assert shape("What did John's team win?") is None
+    assert shape("In which month's game did he score?") is None
+    assert shape("What did Melanie paint?") is None
+    assert shape("How many games has John won?") is None
+
+
+def test_a_duration_is_an_amount_of_time_not_a_time() -> None:
+    assert ranking.states_duration("Melanie has been into art for seven years")
+    assert ranking.states_duration("has known her friends for 4 years, since moving")
+    assert ranking.states_duration("has been surfing since college")
+    assert ranking.states_duration("kept the pose for a while")
+    assert not ranking.states_duration("went camping two weeks ago")
+    assert not ranking.states_duration("enjoys painting sunsets every year")
+
+
+def test_a_name_is_a_new_capitalised_word_inside_a_sentence() -> None:
+    known = frozenset({"tim", "john", "book"})
+    assert ranking.names_something("Tim is reading a book by Patrick Rothfuss.", known)
+    assert ranking.names_something("Tim finished reading 'A Dance with Dragons'.", known)
+    assert ranking.names_something("Tim loves NYC", known)
+    assert not ranking.names_something("Tim told John about a book.", known)  # known
+    assert not ranking.names_something("Tim read a book last Friday. Great read", known)
+    assert not ranking.names_something("Reading calms Tim; Books help too.", known)
+    assert not ranking.names_something("", known)
+
+
+@given(query=st.sampled_from(["How long has Ana painted?", "What book does Ana like?",
+                              "What does Ana paint?"]),
+       content=TEXT_WORDS, known=st.frozensets(st.sampled_from(["ana", "bo", "paris"])))
+def test_shape_factor_only_ever_lifts_a_row_of_the_asked_shape(
+    query: str, content: str, known: frozenset[str],
+) -> None:
+    kind = ranking.answer_shape(query)
+    factor = ranking.shape_factor(None if kind is None else ranking.Shape(kind, known), content)
+    if kind == "duration":
+        want = ranking.DURATION_BOOST if ranking.states_duration(content) else 1.0
+    elif kind == "name":
+        want = ranking.NAME_BOOST if ranking.names_something(content, known) else 1.0
+    else:
+        want = 1.0
+    assert factor == want
+    assert ranking.shape_factor(None, content) == 1.0
+
+
+def test_a_how_long_question_finds_the_row_stating_a_duration(store: MemoryStore) -> None:
+    duration, _ = store.add("fact", "mel", "mel has been into art for seven years")
+    store.add("fact", "mel", "mel enjoys expressing emotions through art and abstract art")
+    store.add("fact", "mel", "mel admires art about self-acceptance")
+    assert ids(store.search("how long has mel been practicing art?"))[0] == duration.id
+
+
+def test_a_question_for_a_book_finds_the_row_naming_one(store: MemoryStore) -> None:
+    named, _ = store.add("fact", "tim", "tim is reading a fantasy book by Patrick Rothfuss")
+    store.add("fact", "tim", "tim is reading a fantasy book that he loves")  # newer, alike
+    assert ids(store.search("what fantasy book is tim reading?"))[0] == named.id
+
+
 TEXT = st.text(
     alphabet=st.sampled_from(list('abc xyz"\'()*-+:^{}[],.;NEAR AND OR NOT\\\x00\n\tüß日本_')),
     max_size=60,

@@ -433,19 +433,36 @@ class MemoryStore:
         avg = sum(len(t.stems) for t in tokens) / len(tokens)
         wanted = ranking.present(wanted, {s for t in tokens for s in t.stems})
         now = self.clock()
-        scored = [self._scored(wanted, r, t, avg, now) for r, t in zip(rows, tokens, strict=True)]
+        shape = self._shape(query, rows)
+        scored = [self._scored(wanted, r, t, avg, now, shape)
+                  for r, t in zip(rows, tokens, strict=True)]
         scored.sort(key=lambda c: (c.score, c.id), reverse=True)
-        return self._with_sequel(scored, wanted, avg, active, now)
+        return self._with_sequel(scored, wanted, avg, active, now, shape)
+
+    @staticmethod
+    def _shape(query: str, rows: Sequence[Row]) -> ranking.Shape | None:
+        """What `query` asks for (ranking.answer_shape); for a name, the words that are
+        none: the query's own and the candidates' subjects."""
+        kind = ranking.answer_shape(query)
+        if kind != "name":
+            return None if kind is None else ranking.Shape(kind)
+        known = {*ranking.words(query, 10 * QUERY_TERMS)}
+        for r in rows:
+            known.update(ranking.words(r.subject, 10 * QUERY_TERMS))
+        return ranking.Shape(kind, frozenset(known))
 
     def _scored(self, wanted: Sequence[Term], row: Row, tokens: Tokens, avg: float,
-                now: float) -> ranking.Candidate:
-        """A candidate row's BM25 (ranking.relevance), phrase bonus and recency."""
+                now: float, shape: ranking.Shape | None = None) -> ranking.Candidate:
+        """A candidate row's BM25 (ranking.relevance), phrase bonus, answer shape
+        (ranking.shape_factor) and recency."""
         score = ranking.relevance(wanted, tokens, avg) + ranking.pairs_bonus(wanted, tokens, avg)
+        score *= ranking.shape_factor(shape, row.content)
         return ranking.Candidate(score * recency(self._age_days(row, now)), int(row.id), row,
                                  tokens)
 
     def _with_sequel(self, scored: list[ranking.Candidate], wanted: Sequence[Term], avg: float,
-                     active: bool, now: float) -> list[ranking.Candidate]:
+                     active: bool, now: float,
+                     shape: ranking.Shape | None = None) -> list[ranking.Candidate]:
         """`scored` with the sequel of its best row re-scored (ranking.sequel_score): the next
         row by id, if it is about the same subject and was stored within SEQUEL_MINUTES of
         the best one, read (one indexed lookup) when it was not a candidate already."""
@@ -458,7 +475,7 @@ class MemoryStore:
             rows = self._fetch([best.id + 1], active)
             if not rows:
                 return scored
-            sequel = self._scored(wanted, rows[0], self._row_tokens(rows[0]), avg, now)
+            sequel = self._scored(wanted, rows[0], self._row_tokens(rows[0]), avg, now, shape)
         if not self._continues(best.row, sequel.row):
             return scored
         lifted = ranking.sequel_score(wanted, best, sequel, avg)
