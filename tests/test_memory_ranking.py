@@ -270,6 +270,23 @@ def test_first_order_reorders_only_the_first_rows(
     assert sorted(out[:n], key=lambda c: c.id) == sorted(ranked[:n], key=lambda c: c.id)
 
 
+@settings(max_examples=300, deadline=None)
+@given(query=st.lists(st.tuples(WORDS, st.floats(0.1, 6.0)), min_size=1, max_size=4,
+                      unique_by=lambda t: t[0]),
+       subject=st.lists(WORDS, max_size=2), row=ROW, avg=st.floats(1.0, 30.0),
+       k1=st.floats(0.1, 2.0), b=st.floats(0.0, 1.0))
+def test_a_rows_parts_give_its_score_under_any_k1_and_b(
+    query: list[tuple[str, float]], subject: list[str], row: list[str], avg: float, k1: float,
+    b: float,
+) -> None:
+    """first_order scores the first rows again from their Parts, not their tokens."""
+    terms = [Term((w,), (w,), weight) for w, weight in query]
+    tokens = _tokens(subject, row)
+    assert ranking.bm25(ranking.parts(terms, tokens), avg, k1, b) == pytest.approx(
+        ranking.relevance(terms, tokens, avg, k1, b)
+        + ranking.pairs_bonus(terms, tokens, avg, k1, b))
+
+
 def _said(exact: str, stems: str) -> Tokens:
     """A row about 'caroline' as its exact and stemmed tokens, each a space-separated text."""
     return Tokens(["caroline"], exact.split(), stems.split())

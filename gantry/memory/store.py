@@ -442,9 +442,10 @@ class MemoryStore:
     def _scored(self, wanted: Sequence[Term], row: Row, tokens: Tokens, avg: float,
                 now: float) -> ranking.Candidate:
         """A candidate row's BM25 (ranking.relevance), phrase bonus and recency."""
-        score = ranking.relevance(wanted, tokens, avg) + ranking.pairs_bonus(wanted, tokens, avg)
+        made = ranking.parts(wanted, tokens)
         fresh = recency(self._age_days(row, now))
-        return ranking.Candidate(score * fresh, int(row.id), row, tokens, fresh)
+        return ranking.Candidate(ranking.bm25(made, avg) * fresh, int(row.id), row, tokens,
+                                 fresh, made)
 
     def _with_sequel(
         self, scored: list[ranking.Candidate], wanted: Sequence[Term], avg: float,
@@ -470,7 +471,7 @@ class MemoryStore:
         if lifted <= 0:
             return scored, None
         out.append(ranking.Candidate(lifted, sequel.id, sequel.row, sequel.tokens,
-                                     sequel.recency))
+                                     sequel.recency, sequel.parts))
         out.sort(key=lambda c: (c.score, c.id), reverse=True)
         return out, (best, sequel)
 
