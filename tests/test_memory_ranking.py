@@ -248,6 +248,76 @@ def test_relevance_prefers_exact_and_subject_matches() -> None:
     assert ranking.relevance([term], _tokens([], ["no", "match"]), 2.0) == 0.0
 
 
+@settings(max_examples=300, deadline=None)
+@given(query=st.lists(st.tuples(WORDS, st.floats(0.1, 6.0)), min_size=1, max_size=4,
+                      unique_by=lambda t: t[0]),
+       rows=st.lists(ROW, min_size=0, max_size=9), sequel=st.booleans())
+def test_first_order_reorders_only_the_first_rows(
+    query: list[tuple[str, float]], rows: list[list[str]], sequel: bool,
+) -> None:
+    """first_order changes which row is first, never which rows are the first FIRST_ROWS nor
+    anything after them, and keeps every candidate's score."""
+    terms = [Term((w,), (w,), weight) for w, weight in query]
+    tokens = [_tokens(["x"], r) for r in rows]
+    ranked = sorted(
+        (ranking.Candidate(ranking.relevance(terms, t, 5.0) + ranking.pairs_bonus(terms, t, 5.0),
+                           i, None, t) for i, t in enumerate(tokens)),
+        key=lambda c: (c.score, c.id), reverse=True)
+    passage = (ranked[0], ranked[1]) if sequel and len(ranked) > 1 else None
+    out = ranking.first_order(terms, ranked, 5.0, passage)
+    n = ranking.FIRST_ROWS
+    assert out[n:] == ranked[n:]
+    assert sorted(out[:n], key=lambda c: c.id) == sorted(ranked[:n], key=lambda c: c.id)
+
+
+@settings(max_examples=300, deadline=None)
+@given(query=st.lists(st.tuples(WORDS, st.floats(0.1, 6.0)), min_size=1, max_size=4,
+                      unique_by=lambda t: t[0]),
+       subject=st.lists(WORDS, max_size=2), row=ROW, avg=st.floats(1.0, 30.0),
+       k1=st.floats(0.1, 2.0), b=st.floats(0.0, 1.0))
+def test_a_rows_parts_give_its_score_under_any_k1_and_b(
+    query: list[tuple[str, float]], subject: list[str], row: list[str], avg: float, k1: float,
+    b: float,
+) -> None:
+    """first_order scores the first rows again from their Parts, not their tokens."""
+    terms = [Term((w,), (w,), weight) for w, weight in query]
+    tokens = _tokens(subject, row)
+    assert ranking.bm25(ranking.parts(terms, tokens), avg, k1, b) == pytest.approx(
+        ranking.relevance(terms, tokens, avg, k1, b)
+        + ranking.pairs_bonus(terms, tokens, avg, k1, b))
+
+
+def _said(exact: str, stems: str) -> Tokens:
+    """A row about 'caroline' as its exact and stemmed tokens, each a space-separated text."""
+    return Tokens(["caroline"], exact.split(), stems.split())
+
+
+def test_first_place_goes_to_the_rarer_word_in_the_longer_row() -> None:
+    """Issue 45, LoCoMo: for 'what workshop did Caroline attend recently?' BM25 (K1, B)
+    ranked the short row saying 'attended ... recently' above the longer one saying
+    'attended ... workshop', the rarer word; the flatter BM25 of the first rows puts the
+    workshop first. The two rows and the candidates' mean length as recall had them."""
+    terms = [Term(("workshop",), ("workshop",), 4.3), Term(("caroline",), ("carolin",), 0.46),
+             Term(("attend",), ("attend",), 2.97), Term(("recently",), ("recent",), 3.35)]
+    group = _said(
+        "caroline caroline attended an lgbtq support group recently and found the "
+        "transgender stories inspiring",
+        "carolin carolin attend an lgbtq support group recent and found the transgend stori "
+        "inspir")
+    workshop = _said(
+        "caroline caroline attended an lgbtq counseling workshop focused on therapeutic "
+        "methods and supporting trans individuals finding it enlightening and inspiring",
+        "carolin carolin attend an lgbtq counsel workshop focus on therapeut method and "
+        "support tran individu find it enlighten and inspir")
+    avg = 17.5
+    ranked = sorted(
+        (ranking.Candidate(ranking.relevance(terms, t, avg) + ranking.pairs_bonus(terms, t, avg),
+                           i, None, t) for i, t in enumerate([workshop, group])),
+        key=lambda c: (c.score, c.id), reverse=True)
+    assert ranked[0].tokens is group
+    assert ranking.first_order(terms, ranked, avg)[0].tokens is workshop
+
+
 def test_recency_is_a_bounded_tie_breaker() -> None:
     assert ranking.recency(0) == pytest.approx(1 + ranking.RECENCY_WEIGHT)
     assert 1.0 <= ranking.recency(10_000) < ranking.recency(30) < ranking.recency(0)

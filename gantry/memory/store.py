@@ -423,7 +423,8 @@ class MemoryStore:
         return [c.row for c in self.candidates(query, max(RESCORE, limit * 2), active)[:limit]]
 
     def candidates(self, query: str, pool: int, active: bool = True) -> list[ranking.Candidate]:
-        """Up to `pool` rows for `query` with their tokens and BM25 score, best first."""
+        """Up to `pool` rows for `query` with their tokens and BM25 score, best first (the
+        first FIRST_ROWS in ranking.first_order's order)."""
         wanted, coarse = self.query_terms(query)
         best = sorted(coarse, key=lambda r: (coarse[r], r), reverse=True)[:pool]
         rows = self._fetch(best, active)
@@ -437,7 +438,8 @@ class MemoryStore:
         scored = [self._scored(wanted, r, t, avg, now, shape)
                   for r, t in zip(rows, tokens, strict=True)]
         scored.sort(key=lambda c: (c.score, c.id), reverse=True)
-        return self._with_sequel(scored, wanted, avg, active, now, shape)
+        ranked, passage = self._with_sequel(scored, wanted, avg, active, now, shape)
+        return ranking.first_order(wanted, ranked, avg, passage)
 
     @staticmethod
     def _shape(query: str, rows: Sequence[Row]) -> ranking.Shape | None:
@@ -455,35 +457,38 @@ class MemoryStore:
                 now: float, shape: ranking.Shape | None = None) -> ranking.Candidate:
         """A candidate row's BM25 (ranking.relevance), phrase bonus, answer shape
         (ranking.shape_factor) and recency."""
-        score = ranking.relevance(wanted, tokens, avg) + ranking.pairs_bonus(wanted, tokens, avg)
-        score *= ranking.shape_factor(shape, row.content)
-        return ranking.Candidate(score * recency(self._age_days(row, now)), int(row.id), row,
-                                 tokens)
+        made = ranking.parts(wanted, tokens)
+        factor = ranking.shape_factor(shape, row.content) * recency(self._age_days(row, now))
+        return ranking.Candidate(ranking.bm25(made, avg) * factor, int(row.id), row, tokens,
+                                 factor, made)
 
-    def _with_sequel(self, scored: list[ranking.Candidate], wanted: Sequence[Term], avg: float,
-                     active: bool, now: float,
-                     shape: ranking.Shape | None = None) -> list[ranking.Candidate]:
+    def _with_sequel(
+        self, scored: list[ranking.Candidate], wanted: Sequence[Term], avg: float,
+        active: bool, now: float, shape: ranking.Shape | None = None,
+    ) -> tuple[list[ranking.Candidate], tuple[ranking.Candidate, ranking.Candidate] | None]:
         """`scored` with the sequel of its best row re-scored (ranking.sequel_score): the next
         row by id, if it is about the same subject and was stored within SEQUEL_MINUTES of
-        the best one, read (one indexed lookup) when it was not a candidate already."""
+        the best one, read (one indexed lookup) when it was not a candidate already; and
+        (best, sequel) when it was placed so, else None."""
         if not scored:
-            return scored
+            return scored, None
         best = scored[0]
         sequel = next((c for c in scored if c.id == best.id + 1), None)
         out = [c for c in scored if c is not sequel]
         if sequel is None:
             rows = self._fetch([best.id + 1], active)
             if not rows:
-                return scored
+                return scored, None
             sequel = self._scored(wanted, rows[0], self._row_tokens(rows[0]), avg, now, shape)
         if not self._continues(best.row, sequel.row):
-            return scored
+            return scored, None
         lifted = ranking.sequel_score(wanted, best, sequel, avg)
         if lifted <= 0:
-            return scored
-        out.append(ranking.Candidate(lifted, sequel.id, sequel.row, sequel.tokens))
+            return scored, None
+        out.append(ranking.Candidate(lifted, sequel.id, sequel.row, sequel.tokens,
+                                     sequel.factor, sequel.parts))
         out.sort(key=lambda c: (c.score, c.id), reverse=True)
-        return out
+        return out, (best, sequel)
 
     @staticmethod
     def _continues(first: Row, then: Row) -> bool:
