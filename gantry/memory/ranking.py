@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 QUERY_TERMS = 16
 K1 = 1.2  # BM25 term-frequency saturation
@@ -178,12 +178,12 @@ class Tokens:
     stems: Sequence[str]
 
 
-@dataclass(frozen=True)
-class Parts:
+class Parts(NamedTuple):
     """A row's score for a query before BM25's k1 and b enter it (bm25() puts them in), so
     first_order scores it again without reading its tokens again: each query word the row
     holds as (IDF × match factor, tf), whether one is a word of its subject, each two query
-    words close together as (PAIR_WEIGHT × their mean IDF, weighted count), its length."""
+    words close together as (PAIR_WEIGHT × their mean IDF, weighted count), its length.
+    A tuple, not a frozen dataclass: one is made for every candidate of every recall."""
 
     words: tuple[tuple[float, float], ...]
     named: bool
@@ -325,20 +325,25 @@ def pairs_bonus(terms: Sequence[Term], row: Tokens, avg_length: float, k1: float
 
 def _pairs(terms: Sequence[Term], row: Tokens) -> list[tuple[float, float]]:
     """(PAIR_WEIGHT × mean IDF, weighted count) of each two query words close together in
-    `row` (see pairs_bonus); none for a one-word query."""
-    if len(terms) < 2:
+    `row` (see pairs_bonus); none for a one-word query. Only the positions of the query's
+    one-token words are collected, and a row holding fewer than two of them has no pair:
+    most candidates, read at no cost beyond one pass over their stems."""
+    single = [t for t in terms if len(t.stems) == 1]
+    if len(single) < 2:
         return []
+    want = {t.stems[0] for t in single}
     at: dict[str, list[int]] = {}
     for i, t in enumerate(row.stems):
-        at.setdefault(t, []).append(i)
+        if t in want:
+            at.setdefault(t, []).append(i)
+    if len(at) < 2:
+        return []
     out: list[tuple[float, float]] = []
-    for one, two in itertools.combinations(terms, 2):
-        if len(one.stems) != 1 or len(two.stems) != 1:
+    for one, two in itertools.combinations(single, 2):
+        first, later = at.get(one.stems[0]), at.get(two.stems[0])
+        if not first or not later:
             continue
-        later = at.get(two.stems[0])
-        if not later:
-            continue
-        n = sum(1.0 / abs(y - x) for x in at.get(one.stems[0], ()) for y in later
+        n = sum(1.0 / abs(y - x) for x in first for y in later
                 if 0 < abs(y - x) <= PAIR_WINDOW)
         if n:
             out.append((PAIR_WEIGHT * (one.weight + two.weight) / 2, n))

@@ -263,6 +263,7 @@ class MemoryStore:
         self._exact = conn.fts5_tokenizer(TOKENIZER[0], list(TOKENIZER[1:]))
         # word → its lexicon alternates as index stems: a word's stems never change.
         self._alt_cache: dict[str, list[tuple[list[tuple[str, tuple[str, ...]]], float]]] = {}
+        self._subject_cache: dict[str, list[str]] = {}
         self.fill_grams()
 
     def now(self) -> str:
@@ -640,8 +641,18 @@ class MemoryStore:
 
     def _row_tokens(self, row: Row) -> Tokens:
         text = row_text(row.subject, row.content)
-        return Tokens(self._tokens(row_text(row.subject, ""), False), self._tokens(text, False),
+        return Tokens(self._subject_tokens(row.subject), self._tokens(text, False),
                       self._tokens(text, True))
+
+    def _subject_tokens(self, subject: str) -> list[str]:
+        """A subject's exact tokens: a store has few subjects, and every candidate of every
+        recall needs its own tokenized, so they are kept (at most ALT_CACHE)."""
+        cached = self._subject_cache.get(subject)
+        if cached is None:
+            if len(self._subject_cache) >= ALT_CACHE:
+                self._subject_cache.clear()
+            cached = self._subject_cache[subject] = self._tokens(row_text(subject, ""), False)
+        return cached
 
     @staticmethod
     def _age_days(row: Row, now: float) -> float:
