@@ -168,8 +168,7 @@ class Term:
     alts: tuple[tuple[tuple[str, ...], float], ...] = ()
 
 
-@dataclass(frozen=True)
-class Tokens:
+class Tokens(NamedTuple):
     """A candidate row as token lists: its subject's words, and subject + content as exact
     (unicode61) and stemmed (Porter) tokens."""
 
@@ -183,7 +182,8 @@ class Parts(NamedTuple):
     first_order scores it again without reading its tokens again: each query word the row
     holds as (IDF × match factor, tf), whether one is a word of its subject, each two query
     words close together as (PAIR_WEIGHT × their mean IDF, weighted count), its length.
-    A tuple, not a frozen dataclass: one is made for every candidate of every recall."""
+    Tuples like Tokens and Candidate, not frozen dataclasses: one of each is made for
+    every candidate of every recall, and a tuple is made in a fraction of the time."""
 
     words: tuple[tuple[float, float], ...]
     named: bool
@@ -191,8 +191,7 @@ class Parts(NamedTuple):
     length: int
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(NamedTuple):
     """A row recall considers: its score, id, the row itself (any type), its tokens, the
     factor its score includes beyond BM25 (answer shape × recency) and what the score is
     made of (first_order scores it again from those)."""
