@@ -17,7 +17,6 @@ Usage: python bench/memory.py [--sizes 1000,10000,100000] [--queries 300] [--aig
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import platform
@@ -39,14 +38,8 @@ from gantry.memory.store import KINDS, MemoryStore, terms
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _memory_old as memory_old
-
-WORDS = [f"w{i}" for i in range(2000)]
-CUM = list(itertools.accumulate(1.0 / (i + 1) for i in range(len(WORDS))))
-SUBJECTS = ["chris", "mom", "climbing", "work", "tea", "berlin", "gym", "dentist", "ana", "car"]
-
-
-def sentence(rng: random.Random, n: int) -> str:
-    return " ".join(rng.choices(WORDS, cum_weights=CUM, k=n))
+from _rows import SUBJECTS, sentence
+from _rows import queries as synthetic_queries
 
 
 def pct(values: list[float], p: float) -> float:
@@ -118,8 +111,7 @@ def main() -> None:
     print(f"{'rows':>8} {'ranking':>7} {'insert rows/s':>14} {'recall p50':>11} "
           f"{'recall p99':>11} {'hydrate p50':>12} {'hydrate p99':>12} {'aigpt-way p50':>14} "
           f"{'db MB':>7}")
-    rng = random.Random(7)
-    queries = [sentence(rng, rng.randint(2, 4)) for _ in range(args.queries)]
+    queries = synthetic_queries(args.queries)
     singles: list[float] = []
     for n in sizes:
         with tempfile.TemporaryDirectory() as tmp:
