@@ -250,13 +250,18 @@ def _words(terms: Sequence[Term], row: Tokens) -> tuple[list[tuple[float, float]
     alternate), and whether one of them is a word of the row's subject (see relevance)."""
     found: list[tuple[float, float]] = []
     named = False
+    have: set[str] | None = None
     for term in terms:
         tf = _count(row.stems, term.stems)
         if tf > 0:
             named = named or _count(row.subject, term.exact) > 0
             factor = 1.0 if _count(row.exact, term.exact) > 0 else STEM_WEIGHT
         else:
-            tf, factor = _alternate(row.stems, term.alts)
+            if not term.alts:
+                continue
+            if have is None:
+                have = set(row.stems)
+            tf, factor = _alternate(row.stems, term.alts, have)
             if tf <= 0:
                 continue
         found.append((term.weight * factor, tf))
@@ -298,12 +303,17 @@ def sequel_score(terms: Sequence[Term], best: Candidate, sequel: Candidate,
 
 
 def _alternate(
-    tokens: Sequence[str], alts: Sequence[tuple[tuple[str, ...], float]]
+    tokens: Sequence[str], alts: Sequence[tuple[tuple[str, ...], float]],
+    have: set[str] | None = None,
 ) -> tuple[int, float]:
-    """(count, factor) of the best-weighted alternate word present in `tokens`, or (0, 0)."""
+    """(count, factor) of the best-weighted alternate word present in `tokens`, or (0, 0).
+    `have` is set(tokens), when the caller has it: a word's dozens of alternates are then
+    looked up in it rather than counted in the list one by one."""
+    if have is None:
+        have = set(tokens)
     best = (0, 0.0)
     for stems, factor in alts:
-        if factor > best[1] and (tf := _count(tokens, stems)) > 0:
+        if factor > best[1] and stems and stems[0] in have and (tf := _count(tokens, stems)) > 0:
             best = (tf, factor)
     return best
 
